@@ -1,0 +1,75 @@
+/*
+ * attn.h: the problem every stage solves, the status codes every library function returns, and the
+ * last-error message that goes with a failing status.
+ *
+ * Contract (shared by all stages):
+ *   Q, K, V, O  contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
+ *   LSE         float32 [B, H, N], natural log of sum_j exp(scale * q_i . k_j) over the keys that
+ *               query i may see (all N, or 0..i when causal)
+ *   scale       defaults to 1/sqrt(D)
+ * Library functions never exit: they return an attn_status and leave a one-line message in
+ * attn_last_error(). Only main() turns a status into an exit code.
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTN_MAX_D 256
+/* Upper bounds that keep every size product inside int64 and every stage's grid launchable. */
+#define ATTN_MAX_B (1 << 20)
+#define ATTN_MAX_H (1 << 20)
+#define ATTN_MAX_N (1 << 24)
+
+typedef enum { ATTN_F16 = 0, ATTN_BF16 = 1 } attn_dtype;
+#define ATTN_DTYPE_BIT(t) (1u << (t))
+
+typedef enum {
+    ATTN_OK = 0,
+    ATTN_EINVAL = 1,       /* a bad argument: shape, scale, flag */
+    ATTN_EUNSUPPORTED = 2, /* a valid problem this stage does not take (head dim, dtype) */
+    ATTN_ENOMEM = 3,       /* not enough host or device memory */
+    ATTN_ENODEV = 4,       /* no GPU, no driver, or built without CUDA */
+    ATTN_ECUDA = 5,        /* a CUDA call or a kernel launch failed */
+    ATTN_EIO = 6,          /* a file could not be read or written, or is malformed */
+} attn_status;
+
+typedef struct {
+    int64_t B, H, N, D;
+    int causal;      /* 1: query i sees keys 0..i */
+    float scale;     /* multiplies q . k; 1/sqrt(D) by default */
+    attn_dtype dtype;
+} attn_problem;
+
+/* Fills a problem with the default scale 1/sqrt(D) and fp16. */
+attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int causal);
+/* ATTN_OK, or ATTN_EINVAL with a message naming the field and its allowed range. */
+attn_status attn_problem_validate(const attn_problem *p);
+
+int64_t attn_qkv_elems(const attn_problem *p); /* B*H*N*D */
+int64_t attn_rows(const attn_problem *p);      /* B*H*N   */
+/* 4*B*H*N*N*D, half of that when causal (the convention FlashAttention's benchmarks use). */
+double attn_flops(const attn_problem *p);
+const char *attn_dtype_name(attn_dtype t);
+size_t attn_dtype_size(attn_dtype t); /* 2 for both */
+
+const char *attn_status_name(attn_status s);
+/* Formats the thread's last error message (printf-style) and returns s, so that callers can write
+ * `return attn_fail(ATTN_EINVAL, "--seq must be ...")`. */
+attn_status attn_fail(attn_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+const char *attn_last_error(void);
+void attn_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,109 @@
+/*
+ * harness.h: inputs, one timed and checked run of a stage, and the check against the double
+ * reference. The front end (build/attn), the tests and the bench all go through attn_run().
+ */
+#ifndef ATTN_HARNESS_H
+#define ATTN_HARNESS_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- inputs ------------------------------------------------------------------------------- */
+
+typedef enum {
+    ATTN_INIT_NORMAL = 0, /* q, k, v ~ N(0, 1): ordinary scores of a few units */
+    ATTN_INIT_LARGE,      /* q, k ~ N(0, 36): scores in the thousands, exp() without the max
+                             subtracted overflows even in fp32 */
+    ATTN_INIT_FIRST_MAX,  /* every query's largest score is on key 0, far above the rest: a
+                             one-pass kernel must rescale nothing later, and must not lose key 0 */
+    ATTN_INIT_RISING,     /* scores rise with the key index, so the running max grows in every
+                             key tile and alpha < 1 on every step */
+} attn_init;
+
+typedef struct {
+    attn_problem p;
+    uint16_t *q, *k, *v; /* host, [B, H, N, D], bit patterns of p.dtype */
+} attn_inputs;
+
+/* Fresh random inputs, rounded to p->dtype. Deterministic in seed. */
+attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t seed, attn_init kind);
+/* Reads DIR/q.npy, DIR/k.npy, DIR/v.npy (float16 or float32, [B, H, N, D], C order, all the same
+ * shape, all finite). B, H, N and D of *p are replaced by the files'; causal, scale (if 0: 1/sqrt(D))
+ * and dtype are kept; float32 values are rounded to p->dtype. */
+attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_problem *p);
+void attn_inputs_free(attn_inputs *in);
+const char *attn_init_name(attn_init kind);
+
+/* ---- checking ----------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t rows_checked;
+    int64_t nonfinite;       /* NaN or inf in the checked part of O or LSE (poison left there) */
+    double max_abs_err;      /* max |O - O_ref| over checked elements */
+    double rel_l2;           /* ||O - O_ref||_2 / ||O_ref||_2 over checked rows */
+    double worst_ratio;      /* max of |O - O_ref| / tol; the check needs this <= 1 */
+    int64_t worst_b, worst_h, worst_n, worst_d;
+    double worst_got, worst_want, worst_tol;
+    int lse_checked;         /* 0 when the stage does not write LSE */
+    double max_lse_err;      /* max |LSE - LSE_ref| */
+    double lse_worst_ratio;  /* max of |LSE - LSE_ref| / tol_lse */
+    int pass;
+} attn_check;
+
+/* Rows to check, as global row indices (b*H + h)*N + i. All rows when the problem is small;
+ * otherwise every row of the first and last (b, h) plus `extra` random rows elsewhere (seeded).
+ * With full_heads == 0 only `extra` random rows plus the first and last row of each of those heads.
+ * The caller frees *rows. */
+attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extra, uint64_t seed,
+                             int64_t **rows, int64_t *nrows);
+/* Compares O (and LSE, when lse != NULL) on the given rows against stage 01's double reference,
+ * with the tolerance documented in check.c. */
+attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const float *lse,
+                              const int64_t *rows, int64_t nrows, attn_check *c);
+
+/* ---- one run ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int warmup;         /* untimed runs before timing; default 2 */
+    int repeat;         /* timed runs, the median is reported; default 10 */
+    int check;          /* 1: compare with the reference */
+    int full_heads;     /* check every row of the first and last (b, h); default 1 */
+    int64_t check_rows; /* extra random rows checked; default 256 */
+    uint64_t seed;      /* row sampling */
+} attn_run_opts;
+
+typedef struct {
+    double ms_median, ms_min, ms_max;
+    int runs;
+    double tflops;           /* attn_flops / median time */
+    size_t extra_bytes;      /* workspace the stage needed beyond Q, K, V, O and LSE */
+    size_t extra_measured;   /* device memory taken during the run beyond the inputs and outputs,
+                                as cudaMemGetInfo saw it (0 for the CPU stage) */
+    int checked;
+    attn_check chk;
+} attn_result;
+
+attn_run_opts attn_run_opts_default(void);
+/* Validates the problem against the stage, allocates, poisons O and LSE (all bits set: NaN),
+ * runs warmup + repeat times (CUDA events for GPU stages, a monotonic clock for the CPU stage),
+ * optionally checks, and copies O and LSE to o_host / lse_host when they are not NULL
+ * (lse_host is left untouched for stages that do not write LSE). Frees everything it allocated. */
+attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                     attn_result *res, uint16_t *o_host, float *lse_host);
+
+/* ---- the GPU, as the harness sees it (common/gpu.c) ---------------------------------------- */
+
+/* ATTN_OK if a usable CUDA device is present, else ATTN_ENODEV with the reason. */
+attn_status attn_gpu_available(void);
+/* "NVIDIA H200" or "none" */
+const char *attn_gpu_name(void);
+attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

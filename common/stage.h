@@ -1,0 +1,60 @@
+/*
+ * stage.h: the one registry of stages. The front end (--list, --stage), the tests and the bench all
+ * iterate attn_stages[]; no other list of stages exists.
+ *
+ * A stage is one function that computes O (and LSE, if it says so) for a problem:
+ *   - GPU stages get device pointers and a cudaStream_t (as void *); they launch their kernels on
+ *     that stream, check every launch (cudaGetLastError) and return without synchronising.
+ *   - The CPU stage gets host pointers and ignores the stream.
+ * Scratch memory that grows with the problem (stage 02's N x N scores) is not allocated by the stage:
+ * the stage says how much it needs (workspace_bytes) and the harness allocates it once, checks that
+ * it fits before allocating, accounts for it in the memory column and passes it in.
+ */
+#ifndef ATTN_STAGE_H
+#define ATTN_STAGE_H
+
+#include "attn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const void *q, *k, *v; /* [B, H, N, D] 16-bit, device (GPU stage) or host (CPU stage) */
+    void *o;               /* [B, H, N, D] 16-bit, same dtype as the inputs */
+    float *lse;            /* [B, H, N] float32; written only by stages with writes_lse */
+    void *workspace;       /* workspace_bytes(p) bytes, or NULL when that is 0 */
+    void *stream;          /* cudaStream_t for GPU stages, NULL for the CPU stage */
+} attn_args;
+
+typedef struct {
+    const char *id;     /* "01" .. "06" */
+    const char *folder; /* "01_naive_cpu" */
+    const char *name;   /* "naive_cpu" */
+    const char *idea;   /* one line: the idea this stage adds */
+    int on_gpu;
+    int writes_lse;
+    unsigned dtypes;        /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
+    const char *dims_text;  /* the head dims it takes, for messages and --list: "1..256" */
+    int (*supports_dim)(int64_t D);
+    /* Bytes of scratch the stage needs beyond Q, K, V, O and LSE; NULL means none. */
+    size_t (*workspace_bytes)(const attn_problem *p);
+    const char *workspace_what; /* what the scratch holds, for the out-of-memory message */
+    /* NULL when the stage was not built (GPU stage on a machine without nvcc). */
+    attn_status (*run)(const attn_problem *p, const attn_args *a);
+} attn_stage;
+
+extern const attn_stage attn_stages[];
+extern const int attn_num_stages;
+
+/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; NULL if none matches. */
+const attn_stage *attn_find_stage(const char *key);
+/* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */
+attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);
+/* 1 when the GPU stages were compiled into this build. */
+int attn_built_with_cuda(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
