@@ -83,6 +83,8 @@ typedef struct {
     size_t extra_bytes;      /* workspace the stage needed beyond Q, K, V, O and LSE */
     size_t extra_measured;   /* device memory taken during the run beyond the inputs and outputs,
                                 as cudaMemGetInfo saw it (0 for the CPU stage) */
+    int identical;           /* 1: the last timed run's O and LSE equal the first run's bit for bit;
+                                0: they differ; -1: not compared (no check asked, or one run) */
     int checked;
     attn_check chk;
 } attn_result;
@@ -96,6 +98,11 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
                      attn_result *res, uint16_t *o_host, float *lse_host);
 
 /* ---- the GPU, as the harness sees it (common/gpu.c) ---------------------------------------- */
+
+/* The GPU half of attn_run: allocates, poisons, runs (first run's O and LSE to o_first and
+ * lse_first, host buffers of the full output size), times, compares the last run with the first. */
+attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                         attn_result *res, uint16_t *o_first, float *lse_first);
 
 /* ATTN_OK if a usable CUDA device is present, else ATTN_ENODEV with the reason. */
 attn_status attn_gpu_available(void);

@@ -47,6 +47,11 @@ typedef struct {
 extern const attn_stage attn_stages[];
 extern const int attn_num_stages;
 
+/* The head dims the tests, the sanitizer runs and --list-dims use: every dim a stage supports among
+ * these (odd and non-power-of-two dims included for the stages that take any D). */
+extern const int attn_test_dims[];
+extern const int attn_num_test_dims;
+
 /* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; NULL if none matches. */
 const attn_stage *attn_find_stage(const char *key);
 /* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */

@@ -1,0 +1,27 @@
+/* naive_cpu.h: stage 01, the double-precision reference that every other stage is checked against. */
+#ifndef ATTN_NAIVE_CPU_H
+#define ATTN_NAIVE_CPU_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The reference for a chosen set of rows, so that a GPU stage at N = 16384 is checked on a sample
+ * without computing all B*H*N rows on the CPU. rows[] holds global row indices (b*H + h)*N + i,
+ * sorted ascending (rows of one head are computed together, sharing one conversion of its K and
+ * V). Writes o[r*D .. r*D+D-1] and lse[r] for the r-th listed row, in double. */
+attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, const int64_t *rows, int64_t nrows, double *o,
+                           double *lse);
+
+/* The stage itself: every row, O rounded to the problem's dtype, LSE as float32. */
+attn_status stage01_run(const attn_problem *p, const attn_args *a);
+int stage01_supports_dim(int64_t D);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

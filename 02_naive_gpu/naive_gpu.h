@@ -1,0 +1,18 @@
+/* naive_gpu.h: stage 02, attention through an N x N score matrix in device memory. */
+#ifndef ATTN_NAIVE_GPU_H
+#define ATTN_NAIVE_GPU_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+attn_status stage02_run(const attn_problem *p, const attn_args *a);
+int stage02_supports_dim(int64_t D);
+/* 6 bytes per score: S in fp32 and P in fp16, B*H*N*N of each. */
+size_t stage02_workspace_bytes(const attn_problem *p);
+#ifdef __cplusplus
+}
+#endif
+#endif

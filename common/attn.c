@@ -1,0 +1,79 @@
+/* attn.c: the problem description, status names and the thread's last error message. */
+#include "attn.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char attn_err_msg[512];
+
+attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int causal) {
+    attn_problem p;
+    p.B = B;
+    p.H = H;
+    p.N = N;
+    p.D = D;
+    p.causal = causal ? 1 : 0;
+    p.scale = D > 0 ? (float)(1.0 / sqrt((double)D)) : 1.0f;
+    p.dtype = ATTN_F16;
+    return p;
+}
+
+attn_status attn_problem_validate(const attn_problem *p) {
+    if (p->B < 1 || p->B > ATTN_MAX_B)
+        return attn_fail(ATTN_EINVAL, "batch must be 1..%d (got %lld)", ATTN_MAX_B, (long long)p->B);
+    if (p->H < 1 || p->H > ATTN_MAX_H)
+        return attn_fail(ATTN_EINVAL, "heads must be 1..%d (got %lld)", ATTN_MAX_H, (long long)p->H);
+    if (p->N < 1 || p->N > ATTN_MAX_N)
+        return attn_fail(ATTN_EINVAL, "seq must be 1..%d (got %lld)", ATTN_MAX_N, (long long)p->N);
+    if (p->D < 1 || p->D > ATTN_MAX_D)
+        return attn_fail(ATTN_EINVAL, "dim must be 1..%d (got %lld)", ATTN_MAX_D, (long long)p->D);
+    if (!isfinite(p->scale) || p->scale == 0.0f)
+        return attn_fail(ATTN_EINVAL, "scale must be a finite non-zero number (got %g)", (double)p->scale);
+    if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
+        return attn_fail(ATTN_EINVAL, "dtype must be fp16 or bf16");
+    /* B*H*N*D must fit in int64 and its bytes in size_t: with the bounds above B*H*N <= 2^64 would
+     * not hold, so check the product against 2^62 elements (8 EiB of fp16, far past any device). */
+    double elems = (double)p->B * (double)p->H * (double)p->N * (double)p->D;
+    if (elems > 4.6e18)
+        return attn_fail(ATTN_EINVAL, "batch*heads*seq*dim = %.3g elements is too large (limit 2^62)", elems);
+    return ATTN_OK;
+}
+
+int64_t attn_qkv_elems(const attn_problem *p) { return p->B * p->H * p->N * p->D; }
+int64_t attn_rows(const attn_problem *p) { return p->B * p->H * p->N; }
+
+double attn_flops(const attn_problem *p) {
+    double f = 4.0 * (double)p->B * (double)p->H * (double)p->N * (double)p->N * (double)p->D;
+    return p->causal ? f / 2.0 : f;
+}
+
+const char *attn_dtype_name(attn_dtype t) { return t == ATTN_BF16 ? "bf16" : "fp16"; }
+size_t attn_dtype_size(attn_dtype t) {
+    (void)t;
+    return 2;
+}
+
+const char *attn_status_name(attn_status s) {
+    switch (s) {
+    case ATTN_OK: return "ok";
+    case ATTN_EINVAL: return "invalid argument";
+    case ATTN_EUNSUPPORTED: return "unsupported";
+    case ATTN_ENOMEM: return "out of memory";
+    case ATTN_ENODEV: return "no GPU";
+    case ATTN_ECUDA: return "CUDA error";
+    case ATTN_EIO: return "I/O error";
+    }
+    return "unknown status";
+}
+
+attn_status attn_fail(attn_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(attn_err_msg, sizeof attn_err_msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+const char *attn_last_error(void) { return attn_err_msg; }
+void attn_clear_error(void) { attn_err_msg[0] = '\0'; }

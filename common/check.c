@@ -1,0 +1,178 @@
+/*
+ * check.c: a stage's output against the double reference of stage 01, on chosen rows.
+ *
+ * The tolerance, element by element (u = unit roundoff of the 16-bit type: 2^-11 for fp16, 2^-8
+ * for bf16; u32 = 2^-24, that of fp32). A stage that reads the same 16-bit Q, K, V and computes in
+ * fp32 can differ from the exact result through:
+ *   (a) rounding O to 16 bits:                          <= u |O_ref|
+ *   (b) rounding P to 16 bits before P V (stages 02, 06 feed fp16/bf16 probabilities to the
+ *       product, as frameworks and FlashAttention do): |sum_j p_j e_j v_j| / l <= u * Vmax,
+ *       where Vmax = max |v_jd| over the keys the row sees
+ *   (c) fp32 scores: s_j = scale * q.k_j summed over D terms is off by at most
+ *       ds = u32 * (D + 16) * Sabs, with Sabs = max_j scale * sum_d |q_d k_jd| (Higham's bound
+ *       gamma_D, valid for any summation order, also for tensor cores that truncate; the 16 covers
+ *       the scale and log2(e) multiplies, the max subtraction and ex2.approx's 2^-22 error). A
+ *       shift ds in the scores moves the softmax average by at most 2 * ds * Vmax.
+ *   (d) fp32 sums over N keys of p and p v (and the rescales by alpha): 8 sqrt(N) u32 Vmax.
+ * tol = 2u|O_ref| + 2u Vmax + 2 ds Vmax + 8 sqrt(N) u32 Vmax + 1e-7: the bounds of (a) and (b) with
+ * a factor 2 of headroom (FlashAttention's own rule allows twice the error of a same-precision
+ * naive computation), (c) and (d) as derived. For LSE (float32, natural log):
+ * tol_lse = ds + u32 (8 sqrt(N) + 16) + 4 u32 |LSE_ref| + 1e-6.
+ * The check fails on the maximum of |err| / tol over every checked element (never on a mean), on
+ * any NaN or inf (the poison left in an element a stage never wrote), and on LSE the same way.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "01_naive_cpu/naive_cpu.h"
+#include "half.h"
+#include "harness.h"
+
+#define U32 5.9604644775390625e-8 /* 2^-24 */
+
+/* Per-row Vmax and Sabs over the keys row i sees (O(nvis * D), as the reference itself). */
+static void row_bounds(const attn_inputs *in, int64_t row, double *vmax, double *sabs) {
+    const attn_problem *p = &in->p;
+    const int64_t N = p->N, D = p->D, bh = row / N, i = row % N;
+    const int64_t nvis = p->causal ? i + 1 : N;
+    const uint16_t *q = in->q + row * D, *k = in->k + bh * N * D, *v = in->v + bh * N * D;
+    double vm = 0.0, sm = 0.0;
+    for (int64_t j = 0; j < nvis; j++) {
+        double s = 0.0;
+        for (int64_t d = 0; d < D; d++) {
+            double vv = fabs((double)attn_to_f32(v[j * D + d], p->dtype));
+            if (vv > vm) vm = vv;
+            s += fabs((double)attn_to_f32(q[d], p->dtype) * (double)attn_to_f32(k[j * D + d], p->dtype));
+        }
+        if (s > sm) sm = s;
+    }
+    *vmax = vm;
+    *sabs = sm * fabs((double)p->scale);
+}
+
+attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const float *lse,
+                              const int64_t *rows, int64_t nrows, attn_check *c) {
+    const attn_problem *p = &in->p;
+    const int64_t D = p->D;
+    memset(c, 0, sizeof *c);
+    double *ref_o = malloc((size_t)(nrows * D) * sizeof(double));
+    double *ref_lse = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *vmax = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *sabs = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    if (!ref_o || !ref_lse || !vmax || !sabs) {
+        free(ref_o), free(ref_lse), free(vmax), free(sabs);
+        return attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference for %lld rows",
+                         (long long)nrows);
+    }
+    attn_status st = naive_cpu_rows(p, in->q, in->k, in->v, rows, nrows, ref_o, ref_lse);
+    if (st != ATTN_OK) {
+        free(ref_o), free(ref_lse), free(vmax), free(sabs);
+        return st;
+    }
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t r = 0; r < nrows; r++) row_bounds(in, rows[r], &vmax[r], &sabs[r]);
+
+    const double u = attn_unit_roundoff(p->dtype), sqrtN = sqrt((double)p->N);
+    double err2 = 0.0, ref2 = 0.0;
+    c->rows_checked = nrows;
+    c->lse_checked = lse != NULL;
+    c->worst_ratio = 0.0;
+    for (int64_t r = 0; r < nrows; r++) {
+        const int64_t row = rows[r];
+        const double ds = U32 * (double)(D + 16) * sabs[r];
+        const double vm = vmax[r];
+        for (int64_t d = 0; d < D; d++) {
+            const double want = ref_o[r * D + d];
+            const double got = (double)attn_to_f32(o[row * D + d], p->dtype);
+            if (!isfinite(got)) {
+                if (c->nonfinite++ == 0 || c->worst_ratio < INFINITY) {
+                    c->worst_ratio = INFINITY;
+                    c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
+                    c->worst_n = row % p->N, c->worst_d = d;
+                    c->worst_got = got, c->worst_want = want, c->worst_tol = 0.0;
+                }
+                continue;
+            }
+            const double err = fabs(got - want);
+            const double tol = 2.0 * u * fabs(want) + 2.0 * u * vm + 2.0 * ds * vm +
+                               8.0 * sqrtN * U32 * vm + 1e-7;
+            err2 += err * err;
+            ref2 += want * want;
+            if (err > c->max_abs_err) c->max_abs_err = err;
+            const double ratio = err / tol;
+            if (ratio > c->worst_ratio) {
+                c->worst_ratio = ratio;
+                c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
+                c->worst_n = row % p->N, c->worst_d = d;
+                c->worst_got = got, c->worst_want = want, c->worst_tol = tol;
+            }
+        }
+        if (lse) {
+            const double got = (double)lse[row], want = ref_lse[r];
+            if (!isfinite(got)) {
+                c->nonfinite++;
+                c->lse_worst_ratio = INFINITY;
+                c->max_lse_err = INFINITY;
+                continue;
+            }
+            const double err = fabs(got - want);
+            const double tol = ds + U32 * (8.0 * sqrtN + 16.0) + 4.0 * U32 * fabs(want) + 1e-6;
+            if (err > c->max_lse_err) c->max_lse_err = err;
+            if (err / tol > c->lse_worst_ratio) c->lse_worst_ratio = err / tol;
+        }
+    }
+    c->rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
+    c->pass = c->nonfinite == 0 && c->worst_ratio <= 1.0 && c->lse_worst_ratio <= 1.0;
+    free(ref_o), free(ref_lse), free(vmax), free(sabs);
+    return ATTN_OK;
+}
+
+/* splitmix64: a counter-based generator, so any row sample is reproducible from its seed. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extra, uint64_t seed,
+                             int64_t **rows_out, int64_t *nrows_out) {
+    const int64_t total = attn_rows(p), N = p->N, BH = p->B * p->H;
+    /* Small problems are checked whole: up to 2^31 multiply-adds of reference work. */
+    const int all = (double)total * (double)N * (double)p->D <= 2147483648.0;
+    int64_t cap = all ? total : (full_heads ? 2 * N : 0) + extra + 2 * extra;
+    int64_t *rows = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
+    if (!rows) return attn_fail(ATTN_ENOMEM, "check: cannot allocate the row sample");
+    int64_t n = 0;
+    if (all) {
+        for (int64_t r = 0; r < total; r++) rows[n++] = r;
+    } else {
+        if (full_heads) {
+            for (int64_t i = 0; i < N; i++) rows[n++] = i;                       /* first (b, h) */
+            if (BH > 1)
+                for (int64_t i = 0; i < N; i++) rows[n++] = (BH - 1) * N + i;   /* last (b, h) */
+        }
+        for (int64_t e = 0; e < extra; e++) {
+            const int64_t r = (int64_t)(mix64(seed * 0x100000001b3ull + (uint64_t)e) % (uint64_t)total);
+            rows[n++] = r;
+            if (!full_heads) { /* the first and last row of the sampled row's head too */
+                rows[n++] = (r / N) * N;
+                rows[n++] = (r / N) * N + N - 1;
+            }
+        }
+        qsort(rows, (size_t)n, sizeof *rows, cmp_i64);
+        int64_t w = 0; /* drop duplicates */
+        for (int64_t r = 0; r < n; r++)
+            if (w == 0 || rows[r] != rows[w - 1]) rows[w++] = rows[r];
+        n = w;
+    }
+    *rows_out = rows;
+    *nrows_out = n;
+    return ATTN_OK;
+}

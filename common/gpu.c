@@ -1,0 +1,210 @@
+/*
+ * gpu.c: what the harness does on the device: allocate, check that a stage's scratch fits before
+ * allocating it, poison, time with CUDA events, and compare repeated runs bit for bit. Plain C
+ * against the CUDA runtime API; without CUDA every entry point says so.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#ifndef ATTN_HAVE_CUDA
+
+attn_status attn_gpu_available(void) {
+    return attn_fail(ATTN_ENODEV, "this build has no CUDA (nvcc was not found when it was built)");
+}
+const char *attn_gpu_name(void) { return "none"; }
+attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return attn_gpu_available();
+}
+attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                         attn_result *res, uint16_t *o_first, float *lse_first) {
+    return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU, but this build has no CUDA "
+                     "(nvcc was not found when it was built)", s->id);
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_check.h"
+
+attn_status attn_gpu_available(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+        return attn_fail(ATTN_ENODEV, "no usable GPU: no NVIDIA GPU or driver found (CUDA says: %s)",
+                         cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return attn_fail(ATTN_ENODEV, "no usable GPU: %s", cudaGetErrorString(e));
+    if (n < 1) return attn_fail(ATTN_ENODEV, "no usable GPU: no CUDA device found");
+    return ATTN_OK;
+}
+
+const char *attn_gpu_name(void) {
+    static char name[256];
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    if (attn_gpu_available() != ATTN_OK || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return "none";
+    snprintf(name, sizeof name, "%s", prop.name);
+    return name;
+}
+
+attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    attn_status st = attn_gpu_available();
+    if (st != ATTN_OK) return st;
+    ATTN_CUDA(cudaMemGetInfo(free_bytes, total_bytes));
+    return ATTN_OK;
+}
+
+#define GIB(x) ((double)(x) / 1073741824.0)
+
+typedef struct {
+    void *q, *k, *v, *o, *ws;
+    float *lse;
+    cudaStream_t stream;
+    cudaEvent_t ev0, ev1;
+    int have_stream, have_ev0, have_ev1;
+} gpu_bufs;
+
+static void gpu_release(gpu_bufs *b) {
+    if (b->have_ev0) cudaEventDestroy(b->ev0);
+    if (b->have_ev1) cudaEventDestroy(b->ev1);
+    if (b->have_stream) cudaStreamDestroy(b->stream);
+    cudaFree(b->q), cudaFree(b->k), cudaFree(b->v), cudaFree(b->o), cudaFree(b->lse), cudaFree(b->ws);
+    cudaGetLastError(); /* a failed run must not poison the next one's error checks */
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* All bits set: NaN in fp16, bf16 and fp32, so an element a stage never writes fails the check. */
+static attn_status poison(const gpu_bufs *b, size_t o_bytes, size_t lse_bytes) {
+    ATTN_CUDA(cudaMemsetAsync(b->o, 0xff, o_bytes, b->stream));
+    ATTN_CUDA(cudaMemsetAsync(b->lse, 0xff, lse_bytes, b->stream));
+    return ATTN_OK;
+}
+
+static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                            attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
+    const attn_problem *p = &in->p;
+    const size_t in_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
+    const size_t ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
+    attn_status st = attn_gpu_available();
+    if (st != ATTN_OK)
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
+
+    /* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply
+     * crashes when it does not fit; here the run is refused with the numbers. */
+    size_t free_b = 0, total_b = 0;
+    ATTN_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    const size_t io_bytes = 4 * in_bytes + lse_bytes;
+    if (io_bytes > free_b)
+        return attn_fail(ATTN_ENOMEM, "Q, K, V, O and LSE need %.2f GiB, %.2f GiB free", GIB(io_bytes),
+                         GIB(free_b));
+    if (ws_bytes > free_b - io_bytes)
+        return attn_fail(ATTN_ENOMEM, "stage %s needs %.2f GiB for %s, %.2f GiB free", s->id,
+                         GIB(ws_bytes), s->workspace_what ? s->workspace_what : "scratch",
+                         GIB(free_b - io_bytes));
+    ATTN_CUDA(cudaMalloc(&b->q, in_bytes));
+    ATTN_CUDA(cudaMalloc(&b->k, in_bytes));
+    ATTN_CUDA(cudaMalloc(&b->v, in_bytes));
+    ATTN_CUDA(cudaMalloc(&b->o, in_bytes));
+    ATTN_CUDA(cudaMalloc((void **)&b->lse, lse_bytes));
+    ATTN_CUDA(cudaMemcpy(b->q, in->q, in_bytes, cudaMemcpyHostToDevice));
+    ATTN_CUDA(cudaMemcpy(b->k, in->k, in_bytes, cudaMemcpyHostToDevice));
+    ATTN_CUDA(cudaMemcpy(b->v, in->v, in_bytes, cudaMemcpyHostToDevice));
+    ATTN_CUDA(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    b->have_stream = 1;
+    ATTN_CUDA(cudaEventCreate(&b->ev0));
+    b->have_ev0 = 1;
+    ATTN_CUDA(cudaEventCreate(&b->ev1));
+    b->have_ev1 = 1;
+
+    size_t free_before = 0, free_after = 0;
+    ATTN_CUDA(cudaDeviceSynchronize());
+    ATTN_CUDA(cudaMemGetInfo(&free_before, &total_b));
+    if (ws_bytes) {
+        cudaError_t e = cudaMalloc(&b->ws, ws_bytes);
+        if (e != cudaSuccess)
+            return attn_fail(ATTN_ENOMEM, "stage %s needs %.2f GiB for %s, and allocating it failed: %s",
+                             s->id, GIB(ws_bytes), s->workspace_what, cudaGetErrorString(e));
+    }
+    res->extra_bytes = ws_bytes;
+
+    attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream};
+    /* The first run is the one that is checked: poisoned first, its output copied out. */
+    if ((st = poison(b, in_bytes, lse_bytes)) != ATTN_OK) return st;
+    if ((st = s->run(p, &a)) != ATTN_OK) return st;
+    ATTN_CUDA(cudaStreamSynchronize(b->stream));
+    ATTN_CUDA(cudaGetLastError());
+    ATTN_CUDA(cudaMemGetInfo(&free_after, &total_b));
+    res->extra_measured = free_before > free_after ? free_before - free_after : 0;
+    ATTN_CUDA(cudaMemcpy(o_first, b->o, in_bytes, cudaMemcpyDeviceToHost));
+    if (s->writes_lse) ATTN_CUDA(cudaMemcpy(lse_first, b->lse, lse_bytes, cudaMemcpyDeviceToHost));
+
+    for (int w = 0; w < opt->warmup; w++) {
+        if ((st = s->run(p, &a)) != ATTN_OK) return st;
+    }
+    float *ms = malloc((size_t)(opt->repeat > 0 ? opt->repeat : 1) * sizeof(float));
+    if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
+    for (int r = 0; r < opt->repeat && st == ATTN_OK; r++) {
+        /* Poison outside the timed window, so every timed run writes a fresh output. */
+        if ((st = poison(b, in_bytes, lse_bytes)) != ATTN_OK) break;
+        cudaError_t e = cudaEventRecord(b->ev0, b->stream);
+        if (e == cudaSuccess && (st = s->run(p, &a)) == ATTN_OK) e = cudaEventRecord(b->ev1, b->stream);
+        if (e == cudaSuccess && st == ATTN_OK) e = cudaEventSynchronize(b->ev1);
+        if (e == cudaSuccess && st == ATTN_OK) e = cudaEventElapsedTime(&ms[r], b->ev0, b->ev1);
+        if (e != cudaSuccess && st == ATTN_OK)
+            st = attn_fail(ATTN_ECUDA, "timing stage %s: %s", s->id, cudaGetErrorString(e));
+        res->runs = r + 1;
+    }
+    if (st == ATTN_OK && res->runs > 0) {
+        qsort(ms, (size_t)res->runs, sizeof *ms, cmp_float);
+        res->ms_min = ms[0];
+        res->ms_max = ms[res->runs - 1];
+        res->ms_median = res->runs % 2 ? ms[res->runs / 2]
+                                       : 0.5 * (ms[res->runs / 2 - 1] + ms[res->runs / 2]);
+    }
+    free(ms);
+    if (st != ATTN_OK) return st;
+    ATTN_CUDA(cudaStreamSynchronize(b->stream));
+    ATTN_CUDA(cudaGetLastError());
+
+    /* Bit-for-bit repeatability of the last timed run against the first (checked) one. */
+    res->identical = -1;
+    if (opt->check && res->runs > 0) {
+        uint16_t *o2 = malloc(in_bytes);
+        float *l2 = s->writes_lse ? malloc(lse_bytes) : NULL;
+        if (!o2 || (s->writes_lse && !l2)) {
+            free(o2), free(l2);
+            return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
+        }
+        cudaError_t e = cudaMemcpy(o2, b->o, in_bytes, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess && l2) e = cudaMemcpy(l2, b->lse, lse_bytes, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess)
+            res->identical = memcmp(o2, o_first, in_bytes) == 0 &&
+                             (!l2 || memcmp(l2, lse_first, lse_bytes) == 0);
+        free(o2), free(l2);
+        if (e != cudaSuccess)
+            return attn_fail(ATTN_ECUDA, "copying O back: %s", cudaGetErrorString(e));
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                         attn_result *res, uint16_t *o_first, float *lse_first) {
+    gpu_bufs b;
+    memset(&b, 0, sizeof b);
+    attn_status st = gpu_body(s, in, opt, res, o_first, lse_first, &b);
+    gpu_release(&b);
+    return st;
+}
+
+#endif

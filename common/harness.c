@@ -1,0 +1,251 @@
+/*
+ * harness.c: inputs (random or from .npy files) and one timed, optionally checked, run of any
+ * registered stage. The GPU half of a run lives in gpu.c, the check in check.c.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "half.h"
+#include "npy.h"
+
+/* ---- random inputs ------------------------------------------------------------------------ */
+
+/* Counter-based: element e of tensor t gets hash(seed, t, e), so inputs are the same whatever the
+ * number of threads that fill them. */
+static uint64_t hash64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static double uniform01(uint64_t h) { return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+/* A standard normal from two hashes (Box-Muller). */
+static double normal_at(uint64_t seed, uint64_t tensor, uint64_t e) {
+    uint64_t base = hash64(seed ^ hash64(tensor * 0x632be59bd9b4e019ull + e));
+    double u1 = uniform01(base), u2 = uniform01(hash64(base));
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+const char *attn_init_name(attn_init kind) {
+    switch (kind) {
+    case ATTN_INIT_NORMAL: return "normal";
+    case ATTN_INIT_LARGE: return "large";
+    case ATTN_INIT_FIRST_MAX: return "first-max";
+    case ATTN_INIT_RISING: return "rising";
+    }
+    return "?";
+}
+
+void attn_inputs_free(attn_inputs *in) {
+    free(in->q), free(in->k), free(in->v);
+    in->q = in->k = in->v = NULL;
+}
+
+static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
+    memset(in, 0, sizeof *in);
+    in->p = *p;
+    const size_t bytes = (size_t)attn_qkv_elems(p) * 2;
+    in->q = malloc(bytes), in->k = malloc(bytes), in->v = malloc(bytes);
+    if (!in->q || !in->k || !in->v) {
+        attn_inputs_free(in);
+        return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for Q, K and V",
+                         3.0 * (double)bytes / 1073741824.0);
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t seed, attn_init kind) {
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    if ((st = alloc_inputs(in, p)) != ATTN_OK) return st;
+    const int64_t N = p->N, D = p->D, total = attn_qkv_elems(p);
+    const double scale = fabs((double)p->scale), sqrtD = sqrt((double)D);
+    /* LARGE: q, k ~ N(0, sigma^2) with sigma^2 = 1000 / (scale sqrt(D)), so that scale * q.k has a
+     * standard deviation of 1000: scores in the thousands, exp(s) overflows fp32 past s = 88. */
+    const double sigma_large = sqrt(1000.0 / (scale * sqrtD));
+    /* FIRST_MAX: q > 0 in every coordinate (mean about 1.3) and k_0 = c in every coordinate, with c
+     * chosen so that s_i0 = scale * c * sum(q) is about 40 while the other scores are N(0, ~2):
+     * key 0 outweighs the others by e^30 or more. */
+    const double c_first = 40.0 / (scale * 1.3 * (double)D);
+    /* RISING: q > 0, and k_j carries a ramp so that scores rise by about 20 from key 0 to key N-1:
+     * the running max rises in every key tile and alpha < 1 on every rescale. */
+    const double ramp = 20.0 / (scale * 0.9 * (double)D);
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < total; e++) {
+        const int64_t j = (e / D) % N; /* the row inside its head */
+        double q = normal_at(seed, 1, (uint64_t)e), k = normal_at(seed, 2, (uint64_t)e);
+        double v = normal_at(seed, 3, (uint64_t)e);
+        switch (kind) {
+        case ATTN_INIT_NORMAL: break;
+        case ATTN_INIT_LARGE: q *= sigma_large, k *= sigma_large; break;
+        case ATTN_INIT_FIRST_MAX:
+            q = fabs(q) + 0.5;
+            if (j == 0) k = c_first;
+            break;
+        case ATTN_INIT_RISING:
+            q = 0.5 * fabs(q) + 0.5;
+            k = 0.5 * k + ramp * (N > 1 ? (double)j / (double)(N - 1) : 0.0);
+            break;
+        }
+        in->q[e] = attn_from_f32((float)q, p->dtype);
+        in->k[e] = attn_from_f32((float)k, p->dtype);
+        in->v[e] = attn_from_f32((float)v, p->dtype);
+    }
+    return ATTN_OK;
+}
+
+/* ---- inputs from .npy files --------------------------------------------------------------- */
+
+static attn_status convert_tensor(const npy_array *a, const char *path, attn_dtype t, uint16_t *dst) {
+    for (int64_t e = 0; e < a->count; e++) {
+        float f = a->dtype == NPY_F16 ? attn_h2f(((const uint16_t *)a->data)[e]) : ((const float *)a->data)[e];
+        if (!isfinite(f))
+            return attn_fail(ATTN_EIO, "%s: element %lld is %s; inputs must be finite", path,
+                             (long long)e, isnan(f) ? "NaN" : "infinite");
+        uint16_t bits = attn_from_f32(f, t);
+        if (!isfinite(attn_to_f32(bits, t)))
+            return attn_fail(ATTN_EIO, "%s: element %lld (%g) overflows %s", path, (long long)e,
+                             (double)f, attn_dtype_name(t));
+        dst[e] = bits;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_problem *p0) {
+    static const char *names[3] = {"q", "k", "v"};
+    npy_array arr[3];
+    char path[3][4096];
+    attn_status st = ATTN_OK;
+    memset(arr, 0, sizeof arr);
+    memset(in, 0, sizeof *in);
+    int nread = 0;
+    for (int t = 0; t < 3 && st == ATTN_OK; t++) {
+        if ((size_t)snprintf(path[t], sizeof path[t], "%s/%s.npy", dir, names[t]) >= sizeof path[t]) {
+            st = attn_fail(ATTN_EINVAL, "--load: directory name is too long");
+            break;
+        }
+        st = npy_read(path[t], &arr[t]);
+        if (st == ATTN_OK) nread++;
+    }
+    for (int t = 0; t < 3 && st == ATTN_OK; t++) {
+        if (arr[t].ndim != 4)
+            st = attn_fail(ATTN_EIO, "%s: shape must be [B, H, N, D] (4 dimensions), got %d", path[t],
+                           arr[t].ndim);
+        for (int d = 0; d < 4 && st == ATTN_OK && t > 0; d++)
+            if (arr[t].shape[d] != arr[0].shape[d])
+                st = attn_fail(ATTN_EIO,
+                               "%s: shape (%lld, %lld, %lld, %lld) differs from %s's (%lld, %lld, %lld, %lld)",
+                               path[t], (long long)arr[t].shape[0], (long long)arr[t].shape[1],
+                               (long long)arr[t].shape[2], (long long)arr[t].shape[3], path[0],
+                               (long long)arr[0].shape[0], (long long)arr[0].shape[1],
+                               (long long)arr[0].shape[2], (long long)arr[0].shape[3]);
+    }
+    attn_problem p = *p0;
+    if (st == ATTN_OK) {
+        p.B = arr[0].shape[0], p.H = arr[0].shape[1], p.N = arr[0].shape[2], p.D = arr[0].shape[3];
+        if (!(p0->scale > 0.0f || p0->scale < 0.0f) && p.D > 0) p.scale = (float)(1.0 / sqrt((double)p.D));
+        st = attn_problem_validate(&p);
+        if (st != ATTN_OK)
+            st = attn_fail(ATTN_EIO, "%s: %s", path[0], attn_last_error());
+    }
+    if (st == ATTN_OK) st = alloc_inputs(in, &p);
+    if (st == ATTN_OK) st = convert_tensor(&arr[0], path[0], p.dtype, in->q);
+    if (st == ATTN_OK) st = convert_tensor(&arr[1], path[1], p.dtype, in->k);
+    if (st == ATTN_OK) st = convert_tensor(&arr[2], path[2], p.dtype, in->v);
+    for (int t = 0; t < nread; t++) npy_free(&arr[t]);
+    if (st != ATTN_OK) attn_inputs_free(in);
+    return st;
+}
+
+/* ---- one run ------------------------------------------------------------------------------ */
+
+attn_run_opts attn_run_opts_default(void) {
+    attn_run_opts o;
+    o.warmup = 2;
+    o.repeat = 10;
+    o.check = 0;
+    o.full_heads = 1;
+    o.check_rows = 256;
+    o.seed = 1;
+    return o;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                           attn_result *res, uint16_t *o, float *lse) {
+    const attn_problem *p = &in->p;
+    const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
+    attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL};
+    const int runs = opt->repeat > 0 ? opt->repeat : 1;
+    double *ms = malloc((size_t)runs * sizeof(double));
+    if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
+    attn_status st = ATTN_OK;
+    for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, &a);
+    for (int r = 0; r < runs && st == ATTN_OK; r++) {
+        memset(o, 0xff, o_bytes); /* poison: NaN in every 16-bit and 32-bit float */
+        memset(lse, 0xff, lse_bytes);
+        double t0 = now_ms();
+        st = s->run(p, &a);
+        ms[r] = now_ms() - t0;
+        res->runs = r + 1;
+    }
+    if (st == ATTN_OK) {
+        qsort(ms, (size_t)res->runs, sizeof *ms, cmp_double);
+        res->ms_min = ms[0], res->ms_max = ms[res->runs - 1];
+        res->ms_median = res->runs % 2 ? ms[res->runs / 2] : 0.5 * (ms[res->runs / 2 - 1] + ms[res->runs / 2]);
+    }
+    res->identical = -1;
+    free(ms);
+    return st;
+}
+
+attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                     attn_result *res, uint16_t *o_host, float *lse_host) {
+    memset(res, 0, sizeof *res);
+    res->identical = -1;
+    const attn_problem *p = &in->p;
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    if ((st = attn_stage_supports(s, p)) != ATTN_OK) return st;
+    if (!s->run)
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU, but this build has no CUDA "
+                         "(nvcc was not found when it was built)", s->id);
+    if (opt->repeat < 0 || opt->warmup < 0)
+        return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
+    const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
+    uint16_t *o = o_host ? o_host : malloc(o_bytes);
+    float *lse = lse_host && s->writes_lse ? lse_host : malloc(lse_bytes);
+    if (!o || !lse) {
+        if (o != o_host) free(o);
+        if (lse != lse_host) free(lse);
+        return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for O",
+                         (double)o_bytes / 1073741824.0);
+    }
+    st = s->on_gpu ? attn_run_gpu(s, in, opt, res, o, lse) : run_cpu(s, in, opt, res, o, lse);
+    if (st == ATTN_OK && res->ms_median > 0.0) res->tflops = attn_flops(p) / (res->ms_median * 1e9);
+    if (st == ATTN_OK && opt->check) {
+        int64_t *rows = NULL, nrows = 0;
+        st = attn_sample_rows(p, opt->full_heads, opt->check_rows, opt->seed, &rows, &nrows);
+        if (st == ATTN_OK) st = attn_check_output(in, o, s->writes_lse ? lse : NULL, rows, nrows, &res->chk);
+        if (st == ATTN_OK) res->checked = 1;
+        free(rows);
+    }
+    if (o != o_host) free(o);
+    if (lse != lse_host) free(lse);
+    return st;
+}

@@ -1,0 +1,71 @@
+/*
+ * registry.c: the one list of stages. The front end, the tests and the bench read it; a stage that
+ * is not here does not exist for them. GPU stages are compiled only when nvcc was found; without
+ * it their entries stay (so --list and the tests can say what was skipped) with run == NULL.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage.h"
+
+#include "01_naive_cpu/naive_cpu.h"
+#include "02_naive_gpu/naive_gpu.h"
+#include "03_tiled/tiled.h"
+#include "04_online_softmax/online_softmax.h"
+#include "05_causal_bands/causal_bands.h"
+
+#ifdef ATTN_HAVE_CUDA
+#define GPU_RUN(fn) (fn)
+#else
+#define GPU_RUN(fn) NULL
+#endif
+
+#define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
+#define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
+
+const attn_stage attn_stages[] = {
+    {"01", "01_naive_cpu", "naive_cpu",
+     "the OpenMP CPU reference in double: S = QK^T*scale, mask, softmax, O = PV, LSE",
+     0, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
+    {"02", "02_naive_gpu", "naive_gpu",
+     "the same on the GPU, materialising the N x N scores in device memory",
+     1, 1, F16_ONLY, "1..256", stage02_supports_dim, stage02_workspace_bytes,
+     "the N x N scores", GPU_RUN(stage02_run)},
+};
+const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
+
+const int attn_test_dims[] = {1, 3, 32, 64, 80, 96, 128, 256};
+const int attn_num_test_dims = (int)(sizeof attn_test_dims / sizeof attn_test_dims[0]);
+
+int attn_built_with_cuda(void) {
+#ifdef ATTN_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+const attn_stage *attn_find_stage(const char *key) {
+    if (!key || !*key) return NULL;
+    char *end = NULL;
+    long n = strtol(key, &end, 10);
+    int numeric = end && *end == '\0' && n >= 0 && n < 100;
+    for (int s = 0; s < attn_num_stages; s++) {
+        const attn_stage *st = &attn_stages[s];
+        if (numeric && atoi(st->id) == n) return st;
+        if (strcmp(key, st->folder) == 0 || strcmp(key, st->name) == 0) return st;
+    }
+    return NULL;
+}
+
+attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p) {
+    if (!s->supports_dim(p->D))
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim %s (got %lld)", s->id,
+                         s->dims_text, (long long)p->D);
+    if (!(s->dtypes & ATTN_DTYPE_BIT(p->dtype)))
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports dtype %s (got %s)", s->id,
+                         (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16, bf16" : "fp16",
+                         attn_dtype_name(p->dtype));
+    return ATTN_OK;
+}

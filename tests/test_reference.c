@@ -1,0 +1,256 @@
+/*
+ * test_reference.c: the CPU reference (stage 01) and the fp16/bf16 conversions it rests on.
+ * Stage 01 is checked against a second, deliberately plain implementation written here (the whole
+ * N x N matrix per head, in long double) and against properties that need no reference at all.
+ */
+#include <math.h>
+
+#include "01_naive_cpu/naive_cpu.h"
+#include "half.h"
+#include "test_util.h"
+
+/* ---- fp16 / bf16 -------------------------------------------------------------------------- */
+
+Test(half, every_fp16_pattern_round_trips) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = attn_h2f((uint16_t)h);
+        if (isnan(f)) continue;
+        cr_assert_eq(attn_f2h(f), h, "fp16 0x%04x -> %g -> 0x%04x", h, (double)f, attn_f2h(f));
+    }
+}
+
+Test(half, fp16_rounds_to_nearest_even) {
+    cr_assert_eq(attn_f2h(1.0f + 0x1p-11f), 0x3c00); /* tie between 1 and 1+2^-10: even is 1 */
+    cr_assert_eq(attn_f2h(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie: rounds up to the even 1+2^-9 */
+    cr_assert_eq(attn_f2h(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01); /* above the tie: up */
+    cr_assert_eq(attn_f2h(65504.0f), 0x7bff);
+    cr_assert_eq(attn_f2h(65520.0f), 0x7c00); /* rounds past the largest finite: inf */
+    cr_assert_eq(attn_f2h(0x1p-24f), 0x0001);  /* smallest subnormal */
+    cr_assert_eq(attn_f2h(0x1p-25f), 0x0000);  /* tie with zero: even is zero */
+    cr_assert_eq(attn_f2h(0x1.8p-25f), 0x0001);
+    cr_assert_eq(attn_f2h(-2.0f), 0xc000);
+    cr_assert(isnan(attn_h2f(attn_f2h(NAN))));
+}
+
+Test(half, bf16_rounds_to_nearest_even) {
+    cr_assert_eq(attn_f2bf(1.0f), 0x3f80);
+    cr_assert_eq(attn_f2bf(1.0f + 0x1p-8f), 0x3f80); /* tie: even */
+    cr_assert_eq(attn_f2bf(1.0f + 3 * 0x1p-8f), 0x3f82);
+    cr_assert_eq(attn_bf2f(0x3f81), 1.0f + 0x1p-7f);
+    cr_assert(isnan(attn_bf2f(attn_f2bf(NAN))));
+}
+
+/* ---- a second reference, as plain as it gets ---------------------------------------------- */
+
+static void plain_attention(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, long double *o, long double *lse) {
+    const int64_t N = p->N, D = p->D;
+    long double *S = malloc((size_t)(N * N) * sizeof(long double));
+    cr_assert_not_null(S);
+    for (int64_t bh = 0; bh < p->B * p->H; bh++) {
+        const uint16_t *qh = q + bh * N * D, *kh = k + bh * N * D, *vh = v + bh * N * D;
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t j = 0; j < N; j++) {
+                long double s = 0;
+                for (int64_t d = 0; d < D; d++)
+                    s += (long double)attn_to_f32(qh[i * D + d], p->dtype) * attn_to_f32(kh[j * D + d], p->dtype);
+                S[i * N + j] = (p->causal && j > i) ? -INFINITY : s * (long double)p->scale;
+            }
+        for (int64_t i = 0; i < N; i++) {
+            long double m = -INFINITY, l = 0;
+            for (int64_t j = 0; j < N; j++) m = fmaxl(m, S[i * N + j]);
+            for (int64_t j = 0; j < N; j++) l += expl(S[i * N + j] - m);
+            for (int64_t d = 0; d < D; d++) {
+                long double acc = 0;
+                for (int64_t j = 0; j < N; j++)
+                    acc += expl(S[i * N + j] - m) / l * attn_to_f32(vh[j * D + d], p->dtype);
+                o[(bh * N + i) * D + d] = acc;
+            }
+            lse[bh * N + i] = m + logl(l);
+        }
+    }
+    free(S);
+}
+
+static void compare_with_plain(int64_t B, int64_t H, int64_t N, int64_t D, int causal, attn_dtype t,
+                               attn_init init) {
+    attn_problem p = attn_problem_make(B, H, N, D, causal);
+    p.dtype = t;
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 1234 + (uint64_t)(N * 7 + D), init), ATTN_OK, "%s",
+                 attn_last_error());
+    const int64_t rows = attn_rows(&p), n = attn_qkv_elems(&p);
+    int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+    double *o = malloc((size_t)n * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
+    long double *po = malloc((size_t)n * sizeof(long double)), *plse = malloc((size_t)rows * sizeof(long double));
+    cr_assert(idx && o && lse && po && plse);
+    for (int64_t r = 0; r < rows; r++) idx[r] = r;
+    cr_assert_eq(naive_cpu_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s", attn_last_error());
+    plain_attention(&p, in.q, in.k, in.v, po, plse);
+    /* Both are exact to double rounding: 1e-12 relative to the output scale is far below any
+     * fp16 effect and far above double rounding over N <= 300 terms. */
+    for (int64_t e = 0; e < n; e++)
+        cr_assert(fabsl(o[e] - po[e]) <= 1e-12L * (1 + fabsl(po[e])), "O[%lld]: %.17g vs %.17Lg",
+                  (long long)e, o[e], po[e]);
+    for (int64_t r = 0; r < rows; r++)
+        cr_assert(fabsl(lse[r] - plse[r]) <= 1e-12L * (1 + fabsl(plse[r])), "LSE[%lld]: %.17g vs %.17Lg",
+                  (long long)r, lse[r], plse[r]);
+    free(idx), free(o), free(lse), free(po), free(plse);
+    attn_inputs_free(&in);
+}
+
+Test(reference, matches_plain_implementation) {
+    compare_with_plain(2, 3, 1, 8, 0, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_plain(2, 3, 17, 5, 1, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_plain(1, 2, 129, 64, 0, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_plain(1, 2, 129, 64, 1, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_plain(1, 1, 70, 1, 1, ATTN_BF16, ATTN_INIT_NORMAL);
+    compare_with_plain(1, 1, 200, 256, 0, ATTN_BF16, ATTN_INIT_RISING);
+}
+
+Test(reference, large_scores_stay_finite_and_exact) {
+    /* Scores in the thousands: exp(s) overflows without the max subtracted. */
+    compare_with_plain(1, 2, 100, 64, 0, ATTN_F16, ATTN_INIT_LARGE);
+    compare_with_plain(1, 2, 100, 64, 1, ATTN_F16, ATTN_INIT_LARGE);
+    compare_with_plain(1, 1, 65, 32, 0, ATTN_F16, ATTN_INIT_FIRST_MAX);
+}
+
+/* ---- properties that need no reference ---------------------------------------------------- */
+
+static void run_stage01(const attn_problem *p, attn_inputs *in, uint16_t **o, float **lse) {
+    *o = malloc((size_t)attn_qkv_elems(p) * 2);
+    *lse = malloc((size_t)attn_rows(p) * 4);
+    cr_assert(*o && *lse);
+    attn_args a = {in->q, in->k, in->v, *o, *lse, NULL, NULL};
+    cr_assert_eq(stage01_run(p, &a), ATTN_OK, "%s", attn_last_error());
+}
+
+Test(reference, rows_of_p_sum_to_one) {
+    /* With every v_j = 1, o_i = sum_j p_ij: exactly 1 when each row of P sums to 1. */
+    attn_problem p = attn_problem_make(2, 2, 77, 16, 0);
+    for (int causal = 0; causal <= 1; causal++) {
+        p.causal = causal;
+        attn_inputs in;
+        cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_NORMAL), ATTN_OK);
+        for (int64_t e = 0; e < attn_qkv_elems(&p); e++) in.v[e] = attn_f2h(1.0f);
+        uint16_t *o;
+        float *lse;
+        run_stage01(&p, &in, &o, &lse);
+        for (int64_t e = 0; e < attn_qkv_elems(&p); e++)
+            cr_assert_eq(o[e], attn_f2h(1.0f), "O[%lld] = %g, want 1 (causal %d)", (long long)e,
+                         (double)attn_h2f(o[e]), causal);
+        free(o), free(lse);
+        attn_inputs_free(&in);
+    }
+}
+
+Test(reference, causal_row0_is_v0) {
+    /* Query 0 sees key 0 alone: p_00 = 1 and o_0 = v_0 exactly. */
+    attn_problem p = attn_problem_make(2, 3, 50, 24, 1);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 6, ATTN_INIT_LARGE), ATTN_OK);
+    uint16_t *o;
+    float *lse;
+    run_stage01(&p, &in, &o, &lse);
+    for (int64_t bh = 0; bh < p.B * p.H; bh++)
+        for (int64_t d = 0; d < p.D; d++)
+            cr_assert_eq(o[bh * p.N * p.D + d], in.v[bh * p.N * p.D + d], "head %lld d %lld",
+                         (long long)bh, (long long)d);
+    free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
+Test(reference, equal_keys_give_mean_of_v) {
+    /* All keys equal: every score of a row is the same, P is uniform, O is the mean of V. */
+    attn_problem p = attn_problem_make(1, 2, 33, 8, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 7, ATTN_INIT_NORMAL), ATTN_OK);
+    for (int64_t bh = 0; bh < 2; bh++)
+        for (int64_t j = 1; j < p.N; j++)
+            memcpy(in.k + (bh * p.N + j) * p.D, in.k + bh * p.N * p.D, (size_t)p.D * 2);
+    uint16_t *o;
+    float *lse;
+    run_stage01(&p, &in, &o, &lse);
+    for (int64_t bh = 0; bh < 2; bh++)
+        for (int64_t d = 0; d < p.D; d++) {
+            double mean = 0;
+            for (int64_t j = 0; j < p.N; j++) mean += attn_h2f(in.v[(bh * p.N + j) * p.D + d]);
+            mean /= (double)p.N;
+            for (int64_t i = 0; i < p.N; i++) {
+                double got = attn_h2f(o[(bh * p.N + i) * p.D + d]);
+                cr_assert(fabs(got - mean) <= 0x1p-11 * fabs(mean) + 1e-7, "O[%lld,%lld,%lld] %g vs %g",
+                          (long long)bh, (long long)i, (long long)d, got, mean);
+            }
+        }
+    free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
+Test(reference, lse_is_direct_log_sum_exp) {
+    /* Moderate scores: sum_j exp(s_j) directly, without the max trick, in long double. */
+    attn_problem p = attn_problem_make(1, 2, 90, 32, 1);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 8, ATTN_INIT_NORMAL), ATTN_OK);
+    uint16_t *o;
+    float *lse;
+    run_stage01(&p, &in, &o, &lse);
+    for (int64_t bh = 0; bh < 2; bh++)
+        for (int64_t i = 0; i < p.N; i++) {
+            long double sum = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                long double s = 0;
+                for (int64_t d = 0; d < p.D; d++)
+                    s += (long double)attn_h2f(in.q[(bh * p.N + i) * p.D + d]) * attn_h2f(in.k[(bh * p.N + j) * p.D + d]);
+                sum += expl(s * p.scale);
+            }
+            double want = (double)logl(sum), got = lse[bh * p.N + i];
+            cr_assert(fabs(got - want) <= 4e-7 * (1 + fabs(want)), "LSE[%lld,%lld] %.9g vs %.9g",
+                      (long long)bh, (long long)i, got, want);
+        }
+    free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
+/* ---- the check itself must be able to fail ------------------------------------------------ */
+
+Test(check, catches_wrong_unwritten_and_nan) {
+    attn_problem p = attn_problem_make(2, 2, 40, 16, 1);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 9, ATTN_INIT_NORMAL), ATTN_OK);
+    uint16_t *o;
+    float *lse;
+    run_stage01(&p, &in, &o, &lse);
+    int64_t *rows, nrows;
+    cr_assert_eq(attn_sample_rows(&p, 1, 16, 3, &rows, &nrows), ATTN_OK);
+    cr_assert_eq(nrows, attn_rows(&p), "a small problem is checked whole");
+    attn_check c;
+    cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
+    cr_assert(c.pass, "stage 01 output must pass: worst ratio %g", c.worst_ratio);
+
+    const int64_t e = (1 * p.N + 20) * p.D + 3; /* one element off by 1% */
+    uint16_t keep = o[e];
+    o[e] = attn_f2h(attn_h2f(keep) * 1.01f + 0.01f);
+    cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
+    cr_assert(!c.pass && c.worst_n == 20 && c.worst_d == 3, "a wrong element must fail and be located");
+    o[e] = 0xffff; /* the poison: an element never written */
+    cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
+    cr_assert(!c.pass && c.nonfinite == 1, "an unwritten element must fail");
+    o[e] = keep;
+    lse[5] += 1e-3f; /* LSE off by 1e-3 */
+    cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
+    cr_assert(!c.pass && c.lse_worst_ratio > 1.0, "a wrong LSE must fail");
+    free(rows), free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
+Test(check, samples_first_and_last_head_of_large_problems) {
+    attn_problem p = attn_problem_make(4, 32, 16384, 128, 0);
+    int64_t *rows, nrows;
+    cr_assert_eq(attn_sample_rows(&p, 1, 100, 1, &rows, &nrows), ATTN_OK);
+    cr_assert(nrows >= 2 * p.N && nrows <= 2 * p.N + 100);
+    cr_assert_eq(rows[0], 0);
+    cr_assert_eq(rows[p.N - 1], p.N - 1);
+    cr_assert_eq(rows[nrows - 1], attn_rows(&p) - 1);
+    for (int64_t r = 1; r < nrows; r++) cr_assert(rows[r] > rows[r - 1], "sorted, no duplicates");
+    free(rows);
+}

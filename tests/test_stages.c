@@ -1,0 +1,130 @@
+/*
+ * test_stages.c: every registered GPU stage against the double reference, at ragged shapes (N not a
+ * multiple of any tile), each head dim it supports, causal and not, each dtype it takes, and the
+ * hostile inputs: scores in the thousands, each row's maximum on key 0, a maximum that rises in
+ * every key tile. The list of stages comes from the registry only; a stage added there is tested
+ * here without editing this file. Each case also runs the stage twice more and requires the
+ * output to be bit-identical (determinism).
+ */
+#include <math.h>
+
+#include "test_util.h"
+
+#include <criterion/parameterized.h>
+
+typedef struct {
+    int stage; /* index into attn_stages */
+    int N, D, causal, dtype, init;
+} stage_case;
+
+static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000};
+#define NUM_N ((int)(sizeof case_N / sizeof case_N[0]))
+/* The hostile inputs at fewer shapes: a short row, a ragged tail and a long one. */
+static const int hostile_N[] = {17, 129, 1000};
+#define MAX_CASES 4096
+
+static int add_cases(stage_case *c, int n, int stage, const int *Ns, int nN, int init, int all_dims) {
+    const attn_stage *s = &attn_stages[stage];
+    int first_dim = -1, last_dim = -1;
+    for (int d = 0; d < attn_num_test_dims; d++)
+        if (s->supports_dim(attn_test_dims[d])) {
+            if (first_dim < 0) first_dim = attn_test_dims[d];
+            last_dim = attn_test_dims[d];
+        }
+    for (int d = 0; d < attn_num_test_dims; d++) {
+        const int D = attn_test_dims[d];
+        if (!s->supports_dim(D)) continue;
+        /* hostile inputs: 64 (the most used dim) plus the smallest and largest supported */
+        if (!all_dims && D != 64 && D != first_dim && D != last_dim) continue;
+        for (int t = 0; t <= ATTN_BF16; t++) {
+            if (!(s->dtypes & ATTN_DTYPE_BIT(t))) continue;
+            for (int i = 0; i < nN; i++)
+                for (int causal = 0; causal <= 1 && n < MAX_CASES; causal++)
+                    c[n++] = (stage_case){stage, Ns[i], D, causal, t, init};
+        }
+    }
+    return n;
+}
+
+ParameterizedTestParameters(stages, match_reference) {
+    static stage_case cases[MAX_CASES];
+    int n = 0;
+    for (int s = 0; s < attn_num_stages; s++) {
+        if (!attn_stages[s].on_gpu) continue; /* stage 01 is the reference: test_reference.c */
+        n = add_cases(cases, n, s, case_N, NUM_N, ATTN_INIT_NORMAL, 1);
+        for (int init = ATTN_INIT_LARGE; init <= ATTN_INIT_RISING; init++)
+            n = add_cases(cases, n, s, hostile_N, 3, init, 0);
+    }
+    return cr_make_param_array(stage_case, cases, (size_t)n);
+}
+
+ParameterizedTest(stage_case *c, stages, match_reference, .timeout = 600) {
+    const attn_stage *s = &attn_stages[c->stage];
+    SKIP_UNLESS_RUNNABLE(s);
+    attn_problem p = attn_problem_make(2, 3, c->N, c->D, c->causal);
+    p.dtype = (attn_dtype)c->dtype;
+    attn_inputs in;
+    /* fresh inputs for every case: the seed mixes the whole case */
+    const uint64_t seed = 0x5eedull + (uint64_t)(((c->stage * 4099 + c->N) * 263 + c->D) * 4 +
+                                                 c->causal * 2 + c->dtype) * 8 + (uint64_t)c->init;
+    cr_assert_eq(attn_inputs_random(&in, &p, seed, (attn_init)c->init), ATTN_OK, "%s", attn_last_error());
+    attn_run_opts opt = attn_run_opts_default();
+    opt.warmup = 0;
+    opt.repeat = 2;
+    opt.check = 1;
+    attn_result r;
+    attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
+    cr_assert_eq(st, ATTN_OK, "stage %s N=%d D=%d causal=%d %s: %s", s->id, c->N, c->D, c->causal,
+                 attn_dtype_name(p.dtype), attn_last_error());
+    const attn_check *k = &r.chk;
+    cr_assert(k->pass,
+              "stage %s N=%d D=%d causal=%d %s init=%s: max abs err %.3e, worst [b=%lld h=%lld n=%lld "
+              "d=%lld] got %.6g want %.6g tol %.3g (ratio %.3g), LSE err %.3e (ratio %.3g), "
+              "non-finite %lld",
+              s->id, c->N, c->D, c->causal, attn_dtype_name(p.dtype), attn_init_name((attn_init)c->init),
+              k->max_abs_err, (long long)k->worst_b, (long long)k->worst_h, (long long)k->worst_n,
+              (long long)k->worst_d, k->worst_got, k->worst_want, k->worst_tol, k->worst_ratio,
+              k->max_lse_err, k->lse_worst_ratio, (long long)k->nonfinite);
+    cr_assert_eq(k->lse_checked, s->writes_lse);
+    cr_assert_eq(r.identical, 1, "stage %s N=%d D=%d causal=%d: a second run is not bit-identical",
+                 s->id, c->N, c->D, c->causal);
+    attn_inputs_free(&in);
+}
+
+/* Unsupported head dims and dtypes are refused with the stage's own list, before any GPU work. */
+Test(registry, refuse_unsupported_dims_and_dtypes) {
+    for (int i = 0; i < attn_num_stages; i++) {
+        const attn_stage *s = &attn_stages[i];
+        for (int D = 1; D <= ATTN_MAX_D; D++) {
+            attn_problem p = attn_problem_make(1, 1, 8, D, 0);
+            attn_status st = attn_stage_supports(s, &p);
+            if (s->supports_dim(D)) {
+                cr_assert_eq(st, ATTN_OK);
+            } else {
+                cr_assert_eq(st, ATTN_EUNSUPPORTED);
+                cr_assert(strstr(attn_last_error(), s->dims_text), "message names the allowed dims: %s",
+                          attn_last_error());
+            }
+        }
+        attn_problem p = attn_problem_make(1, 1, 8, 64, 0);
+        p.dtype = ATTN_BF16;
+        cr_assert_eq(attn_stage_supports(s, &p) == ATTN_OK, (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) != 0);
+    }
+}
+
+/* Stage 02 refuses, with the numbers, a problem whose N x N scores cannot fit, before allocating. */
+Test(registry, naive_gpu_refuses_scores_that_do_not_fit) {
+    const attn_stage *s = attn_find_stage("02");
+    cr_assert_not_null(s);
+    SKIP_UNLESS_RUNNABLE(s);
+    attn_problem p = attn_problem_make(1, 1, 1 << 20, 8, 0); /* 6 TiB of scores */
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 11, ATTN_INIT_NORMAL), ATTN_OK);
+    attn_run_opts opt = attn_run_opts_default();
+    attn_result r;
+    cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_ENOMEM);
+    cr_assert(strstr(attn_last_error(), "stage 02 needs 6144.00 GiB for the N x N scores"),
+              "message: %s", attn_last_error());
+    cr_assert(strstr(attn_last_error(), "GiB free"), "message: %s", attn_last_error());
+    attn_inputs_free(&in);
+}

@@ -1,0 +1,40 @@
+/* test_util.h: small helpers the test files share. */
+#ifndef ATTN_TEST_UTIL_H
+#define ATTN_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+/* Where build/attn is: `make check` passes ATTN_BIN (build/asan/attn under the sanitizers). */
+static inline const char *attn_bin(void) {
+    const char *b = getenv("ATTN_BIN");
+    return b && *b ? b : "build/attn";
+}
+
+/* Skips the current test, with the reason, when stage s cannot run here. Returns only if it can. */
+#define SKIP_UNLESS_RUNNABLE(s)                                                                     \
+    do {                                                                                            \
+        if (!(s)->run) cr_skip_test("stage %s not built: no nvcc when this was built", (s)->id);    \
+        if ((s)->on_gpu && attn_gpu_available() != ATTN_OK)                                        \
+            cr_skip_test("stage %s needs a GPU: %s", (s)->id, attn_last_error());                 \
+    } while (0)
+
+/* Runs a shell command, captures stdout+stderr (up to cap bytes) and returns the exit status
+ * (or -1 if it did not exit normally). */
+static inline int run_cmd(const char *cmd, char *out, size_t cap) {
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *f = popen(full, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#endif

@@ -1,0 +1,24 @@
+# tests/tests.mk: `make check` builds every tests/test_*.c into one Criterion binary and runs it.
+# GPU tests skip, with the reason, where there is no GPU or no CUDA build; the closing line counts
+# them. Criterion comes from the system (installed by tests/ensure-criterion.sh if it can).
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(BUILD)/test_attn
+# pkg-config's criterion.pc needs .pc files the GPU machine lacks, so link plainly.
+CRITERION_LIBS ?= -lcriterion
+# Criterion options: one job per core, and a generous per-test timeout (N=1000 references on 2 cores).
+CHECK_ARGS ?= --timeout 300
+
+.PHONY: check test-bin
+$(TEST_BIN): $(TEST_SRC) tests/test_util.h $(LIB) $(ATTN)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
+
+test-bin: $(TEST_BIN)
+
+check:
+	@sh tests/ensure-criterion.sh
+	@$(MAKE) --no-print-directory $(ATTN) $(TEST_BIN)
+ifeq ($(HAVE_CUDA),)
+	@echo "note: nvcc not found: the GPU stages were not built; their tests will be skipped."
+endif
+	ATTN_BIN=$(ATTN) $(TEST_BIN) $(CHECK_ARGS)
