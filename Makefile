@@ -77,7 +77,7 @@ $(LIB): $(C_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 ifeq ($(HAVE_CUDA),)
-	@echo "note: nvcc not found, so the GPU stages were not built (CPU stage 01 only)."
+	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (CPU stage 01 only)."
 endif
 
 $(ATTN): common/attn_main.c $(LIB)

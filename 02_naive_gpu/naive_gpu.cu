@@ -115,14 +115,6 @@ __global__ void naive_output(const __half *P, const __half *v, __half *o, int64_
     }
 }
 
-extern "C" int stage02_supports_dim(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
-
-extern "C" size_t stage02_workspace_bytes(const attn_problem *p) {
-    const double n2 = (double)p->B * (double)p->H * (double)p->N * (double)p->N;
-    const double bytes = n2 * (sizeof(float) + sizeof(__half));
-    return bytes > 9.0e18 ? (size_t)-1 : (size_t)bytes; /* saturate: "needs more than exists" */
-}
-
 extern "C" attn_status stage02_run(const attn_problem *p, const attn_args *a) {
     const int64_t BH = p->B * p->H, N = p->N;
     const int D = (int)p->D;

@@ -9,7 +9,6 @@
 extern "C" {
 #endif
 attn_status stage02_run(const attn_problem *p, const attn_args *a);
-int stage02_supports_dim(int64_t D);
 /* 6 bytes per score: S in fp32 and P in fp16, B*H*N*N of each. */
 size_t stage02_workspace_bytes(const attn_problem *p);
 #ifdef __cplusplus

@@ -85,11 +85,11 @@ static int parse_i64(const char *flag, const char *s, long long lo, long long hi
 }
 
 static void list_stages(void) {
-    printf("%-3s %-18s %-4s %-7s %-10s %-4s %-10s %s\n", "id", "folder", "runs", "dims", "dtypes",
+    printf("%-3s %-18s %-4s %-12s %-10s %-4s %-10s %s\n", "id", "folder", "runs", "dims", "dtypes",
            "LSE", "built", "idea");
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        printf("%-3s %-18s %-4s %-7s %-10s %-4s %-10s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
+        printf("%-3s %-18s %-4s %-12s %-10s %-4s %-10s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
                s->dims_text, (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16,bf16" : "fp16",
                s->writes_lse ? "yes" : "no", s->run ? "yes" : "no (nvcc)", s->idea);
     }

@@ -21,6 +21,10 @@
 #define GPU_RUN(fn) NULL
 #endif
 
+/* The head dims each family of kernels takes. Plain C, so that a build without CUDA still answers. */
+static int dims_any(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
+static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
+
 #define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
 #define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
 
@@ -30,8 +34,17 @@ const attn_stage attn_stages[] = {
      0, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
     {"02", "02_naive_gpu", "naive_gpu",
      "the same on the GPU, materialising the N x N scores in device memory",
-     1, 1, F16_ONLY, "1..256", stage02_supports_dim, stage02_workspace_bytes,
+     1, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
      "the N x N scores", GPU_RUN(stage02_run)},
+    {"03", "03_tiled", "tiled",
+     "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV",
+     1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+    {"04", "04_online_softmax", "online_softmax",
+     "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l",
+     1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+    {"05", "05_causal_bands", "causal_bands",
+     "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
+     1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 

@@ -1,0 +1,15 @@
+/* tiled.h: stage 03, attention in tiles through shared memory, two passes over the keys. */
+#ifndef ATTN_TILED_H
+#define ATTN_TILED_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+attn_status stage03_run(const attn_problem *p, const attn_args *a);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,15 @@
+/* online_softmax.h: stage 04, tiled attention in one pass over the keys (online softmax). */
+#ifndef ATTN_ONLINE_SOFTMAX_H
+#define ATTN_ONLINE_SOFTMAX_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+attn_status stage04_run(const attn_problem *p, const attn_args *a);
+#ifdef __cplusplus
+}
+#endif
+#endif

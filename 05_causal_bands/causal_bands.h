@@ -1,0 +1,15 @@
+/* causal_bands.h: stage 05, stage 04 plus causal key tiles split into unmasked, masked and skipped. */
+#ifndef ATTN_CAUSAL_BANDS_H
+#define ATTN_CAUSAL_BANDS_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+attn_status stage05_run(const attn_problem *p, const attn_args *a);
+#ifdef __cplusplus
+}
+#endif
+#endif
