@@ -10,7 +10,12 @@
 # Folders may add targets in a fragment of their own, NAME/*.mk, included below.
 
 CC      ?= gcc
+# A build without CUDA (NO_CUDA=1) gets its own folder, so its objects never mix with a CUDA build's.
+ifeq ($(NO_CUDA),1)
+BUILD   ?= build/nocuda
+else
 BUILD   ?= build
+endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null))
 NVCC    ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 # Set NO_CUDA=1 to build only the CPU parts even where nvcc exists.

@@ -69,6 +69,12 @@ def cases():
         "{'descr': '|f2', 'fortran_order': False, 'shape': (1,)}", data=f16([1.0]), raw=
         b"{'descr': '|f2', 'fortran_order': False, 'shape': (1,)}")
 
+    # [B, H, N, D] inputs for build/attn --load (make leakcheck); k has another N than q
+    v["valid_f16_qkv_1x2x3x8.npy"] = image(numpy_dict("<f2", (1, 2, 3, 8)),
+                                           data=f16([(i % 17) / 8.0 - 1.0 for i in range(48)]))
+    v["valid_f32_qkv_1x2x5x8.npy"] = image(numpy_dict("<f4", (1, 2, 5, 8)),
+                                           data=f32([(i % 13) / 4.0 - 1.5 for i in range(80)]))
+
     # ---- malformed: (file, bytes, text the message must contain) -------------------------------
     def bad(name, data, expect):
         b[name] = (data, expect)

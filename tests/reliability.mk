@@ -1,0 +1,58 @@
+# tests/reliability.mk: fuzzing, sanitizers and leak checks (included by the root Makefile).
+#
+#   make fuzz [FUZZ_SECONDS=60]       libFuzzer (clang) on the .npy reader; exits 1 on a crash
+#   make check-asan                   host code and tests under ASan + UBSan, without CUDA, in build/asan
+#   make sanitize [SANITIZE_QUICK=1]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
+#                                     every GPU stage (on the GPU machine); logs in build/sanitize/
+#                                     (SANITIZE_TOOLS="memcheck ..." and SANITIZE_STAGES="03 ..." narrow it)
+#   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
+
+.PHONY: fuzz check-asan sanitize leakcheck
+
+# ---- fuzzing ---------------------------------------------------------------------------------
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_BIN     := $(BUILD)/fuzz_npy
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                -fno-omit-frame-pointer -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Icommon -I.
+
+$(FUZZ_BIN): tests/fuzz/fuzz_npy.c common/npy.c common/attn.c common/npy.h common/attn.h
+	@sh tests/fuzz/run_fuzz.sh --probe $(FUZZ_CC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_npy.c common/npy.c common/attn.c -lm -o $@
+
+fuzz: $(FUZZ_BIN)
+	@sh tests/fuzz/run_fuzz.sh $(FUZZ_BIN) $(BUILD)/fuzz $(FUZZ_SECONDS)
+
+# ---- host code under AddressSanitizer + UndefinedBehaviorSanitizer ----------------------------
+# ASan and the CUDA driver do not mix, so this build has no CUDA (GPU tests skip). Criterion runs
+# each test in a child process and ignores how that child exits after its test passed, so a leak
+# that LSan reports at the child's exit would not fail the run: the output is kept in
+# build/asan/check.log and any sanitizer report in it fails the target.
+ASAN_BUILD ?= build/asan
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
+            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+check-asan:
+	@mkdir -p $(ASAN_BUILD)
+	@{ $(ASAN_ENV) $(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 NO_CUDA=1 check 2>&1; \
+	   echo $$? >$(ASAN_BUILD)/check.rc; } | tee $(ASAN_BUILD)/check.log
+	@rc=$$(cat $(ASAN_BUILD)/check.rc); \
+	 n=$$(grep -cE 'ERROR: (Address|Leak)Sanitizer|runtime error:' $(ASAN_BUILD)/check.log); \
+	 if [ "$$n" -gt 0 ]; then \
+	     echo "check-asan: FAIL: $$n sanitizer reports (see $(ASAN_BUILD)/check.log):"; \
+	     grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|^SUMMARY:' $(ASAN_BUILD)/check.log | head -n 20; \
+	     exit 1; \
+	 fi; \
+	 if [ "$$rc" -ne 0 ]; then echo "check-asan: FAIL: make check exited with $$rc"; exit 1; fi; \
+	 echo "check-asan: PASS: no ASan, LSan or UBSan reports"
+
+# ---- compute-sanitizer over the GPU stages ---------------------------------------------------
+sanitize: $(ATTN)
+	@HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) SANITIZE_DIR=$(BUILD)/sanitize \
+	bash tests/sanitize.sh compute $(ATTN)
+
+# ---- valgrind over the front end's error paths -----------------------------------------------
+leakcheck: $(ATTN)
+	@SANITIZE_DIR=$(BUILD)/leakcheck bash tests/sanitize.sh leakcheck $(ATTN)

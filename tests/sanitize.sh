@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# tests/sanitize.sh: the bodies of `make sanitize` and `make leakcheck` (tests/reliability.mk).
+#
+#   sanitize.sh compute ATTN     compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over
+#                                every GPU stage that ATTN --list-ids gpu names, at each head dim
+#                                ATTN --list-dims S names, N in {1, 17, 129, 1000}, causal and not.
+#                                SANITIZE_QUICK=1: N in {17, 1000}, D in {64, the smallest}.
+#                                SANITIZE_TOOLS / SANITIZE_STAGES (space-separated) narrow the set.
+#                                One log per (tool, stage) in $SANITIZE_DIR; a summary table; exit 1
+#                                if any run reports errors or fails.
+#   sanitize.sh leakcheck ATTN   valgrind --leak-check=full over ATTN's error paths (bad arguments,
+#                                missing and malformed .npy files); exit 1 on a leak, a memory error,
+#                                or a bad argument that was accepted.
+set -u
+
+mode=${1:-}
+attn=${2:-build/attn}
+here=$(cd "$(dirname "$0")" && pwd)
+out=${SANITIZE_DIR:-build/sanitize}
+
+die() {
+    echo "error: $*" >&2
+    exit 2
+}
+
+[ -x "$attn" ] || die "$attn not found or not executable (run make first)"
+mkdir -p "$out" || die "cannot create $out"
+
+# ------------------------------------------------------------------------------------------------
+run_compute() {
+    [ -n "${HAVE_CUDA:-1}" ] || die "make sanitize needs the CUDA build (nvcc was not found) and a GPU"
+    local cs=${COMPUTE_SANITIZER:-}
+    if [ -z "$cs" ]; then
+        if command -v compute-sanitizer >/dev/null 2>&1; then cs=$(command -v compute-sanitizer)
+        elif [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/compute-sanitizer" ]; then cs=$CUDA_HOME/bin/compute-sanitizer
+        elif [ -x /usr/local/cuda/bin/compute-sanitizer ]; then cs=/usr/local/cuda/bin/compute-sanitizer
+        else die "compute-sanitizer not found (set COMPUTE_SANITIZER=/path/to/compute-sanitizer)"
+        fi
+    fi
+
+    local stages
+    stages=$("$attn" --list-ids gpu) || die "$attn --list-ids gpu failed"
+    [ -n "${SANITIZE_STAGES:-}" ] && stages=$SANITIZE_STAGES
+    [ -n "$stages" ] || die "$attn --list-ids gpu names no GPU stage"
+    local tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
+    local seqs="1 17 129 1000"
+    [ "${SANITIZE_QUICK:-0}" = 1 ] && seqs="17 1000"
+    local limit=${SANITIZE_TIMEOUT:-600}
+    local tmo=""
+    command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"
+
+    local summary=$out/summary.txt
+    printf '%-10s %-6s %5s %7s %7s\n' tool stage runs errors failed >"$summary"
+    local bad=0 s t
+    for t in $tools; do
+        local opts=""
+        [ "$t" = memcheck ] && opts="--leak-check full"
+        for s in $stages; do
+            local dims
+            dims=$("$attn" --list-dims "$s") || die "$attn --list-dims $s failed"
+            if [ "${SANITIZE_QUICK:-0}" = 1 ]; then
+                local smallest
+                smallest=$(printf '%s\n' $dims | sort -n | head -n 1)
+                if printf '%s\n' $dims | grep -qx 64; then
+                    dims=$(printf '%s\n' 64 "$smallest" | sort -nu)
+                else
+                    dims=$smallest
+                fi
+            fi
+            local log=$out/$t-$s.log runs=0 errs=0 failed=0 n d c
+            : >"$log"
+            for n in $seqs; do
+                for d in $dims; do
+                    for c in "" --causal; do
+                        local cmd="$cs --tool $t $opts --error-exitcode 1 $attn --stage $s --batch 2 --heads 3 --seq $n --dim $d $c --repeat 1 --warmup 0 --check"
+                        local part=$out/.run.log
+                        echo "### $cmd" >>"$log"
+                        # shellcheck disable=SC2086
+                        $tmo $cmd >"$part" 2>&1
+                        local rc=$?
+                        cat "$part" >>"$log"
+                        echo "### exit status $rc" >>"$log"
+                        runs=$((runs + 1))
+                        # "ERROR SUMMARY: 3 errors"; racecheck: "RACECHECK SUMMARY: ... (2 errors, 1 warnings)"
+                        local e
+                        e=$(sed -n -e 's/.*ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' \
+                                   -e 's/.*RACECHECK SUMMARY:.*(\([0-9][0-9]*\) error.*/\1/p' "$part" |
+                            sort -n | tail -n 1)
+                        e=${e:-0}
+                        errs=$((errs + e))
+                        if [ "$e" -gt 0 ]; then
+                            echo "  $t stage $s N=$n D=$d ${c:-non-causal}: $e errors (see $log)"
+                        elif [ "$rc" -ne 0 ]; then
+                            failed=$((failed + 1))
+                            local why
+                            why=$(grep -v '^=========' "$part" | grep -m 1 -iE 'error|fail|attn:' || true)
+                            [ "$rc" = 124 ] && why="timed out after ${limit}s"
+                            echo "  $t stage $s N=$n D=$d ${c:-non-causal}: exit status $rc: ${why:-see $log}"
+                        fi
+                    done
+                done
+            done
+            rm -f "$out/.run.log"
+            printf '%-10s %-6s %5d %7d %7d\n' "$t" "$s" "$runs" "$errs" "$failed" >>"$summary"
+            [ "$errs" -gt 0 ] || [ "$failed" -gt 0 ] && bad=1
+        done
+    done
+    echo
+    cat "$summary"
+    echo "logs: $out/<tool>-<stage>.log"
+    if [ "$bad" -ne 0 ]; then
+        echo "FAIL: compute-sanitizer reported errors or runs failed"
+        return 1
+    fi
+    echo "PASS: no errors"
+}
+
+# ------------------------------------------------------------------------------------------------
+run_leakcheck() {
+    command -v valgrind >/dev/null 2>&1 ||
+        die "valgrind not found. Install it with: sudo apt-get install -y valgrind"
+    local cases=$here/npy_cases
+    local f16=$cases/valid_f16_qkv_1x2x3x8.npy f32=$cases/valid_f32_qkv_1x2x5x8.npy
+    [ -f "$f16" ] && [ -f "$f32" ] || die "$cases lacks the valid_*_qkv_* files (run tests/npy_cases/make_cases.py)"
+    local dirs=$out/inputs
+    rm -rf "$dirs"
+    mkdir -p "$dirs/bad_q" "$dirs/bad_k" "$dirs/bad_v" "$dirs/mismatch" "$dirs/no_v" "$dirs/f8" || die "cannot create $dirs"
+    cp "$cases/bad_lying_shape.npy" "$dirs/bad_q/q.npy"
+    cp "$f16" "$dirs/bad_q/k.npy"; cp "$f16" "$dirs/bad_q/v.npy"
+    cp "$f16" "$dirs/bad_k/q.npy"; cp "$cases/bad_truncated_data.npy" "$dirs/bad_k/k.npy"; cp "$f16" "$dirs/bad_k/v.npy"
+    cp "$f16" "$dirs/bad_v/q.npy"; cp "$f16" "$dirs/bad_v/k.npy"; cp "$cases/bad_trailing_garbage.npy" "$dirs/bad_v/v.npy"
+    cp "$f16" "$dirs/mismatch/q.npy"; cp "$f32" "$dirs/mismatch/k.npy"; cp "$f16" "$dirs/mismatch/v.npy"
+    cp "$f16" "$dirs/no_v/q.npy"; cp "$f16" "$dirs/no_v/k.npy"
+    cp "$cases/bad_dtype_f8.npy" "$dirs/f8/q.npy"; cp "$f16" "$dirs/f8/k.npy"; cp "$f16" "$dirs/f8/v.npy"
+
+    # One case a line: the arguments, all of which must be refused.
+    local list=$out/cases.txt
+    cat >"$list" <<EOF
+--stage nosuch
+--stage 01 --seq 0
+--stage 01 --dim abc
+--stage 01 --dim 257
+--stage 01 --seq 99999999999999999999
+--stage 01 --heads -1
+--stage 01 --seq
+--stage 01 --no-such-flag
+--list-dims nosuch
+
+--stage 01 --load $dirs/missing
+--stage 01 --load $dirs/bad_q
+--stage 01 --load $dirs/bad_k
+--stage 01 --load $dirs/bad_v
+--stage 01 --load $dirs/mismatch
+--stage 01 --load $dirs/no_v
+--stage 01 --load $dirs/f8
+--stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --repeat 1 --warmup 0 --save $dirs/no/such/dir
+EOF
+    # Without a GPU, a GPU stage fails on the no-GPU path (not built, or no device).
+    if [ ! -e /dev/nvidiactl ]; then
+        local g
+        g=$("$attn" --list-ids gpu 2>/dev/null | head -n 1)
+        [ -n "$g" ] && echo "--stage $g --batch 1 --heads 1 --seq 4 --dim 64 --repeat 1 --warmup 0" >>"$list"
+    fi
+
+    local vg="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9"
+    local log=$out/leakcheck.log runs=0 leaks=0 accepted=0 line
+    : >"$log"
+    printf '%-6s %-9s %s\n' status valgrind arguments
+    while IFS= read -r line || [ -n "$line" ]; do
+        runs=$((runs + 1))
+        local part=$out/.run.log
+        echo "### $attn $line" >>"$log"
+        # shellcheck disable=SC2086
+        $vg "$attn" $line >"$part" 2>&1
+        local rc=$?
+        cat "$part" >>"$log"
+        echo "### exit status $rc" >>"$log"
+        local verdict=clean
+        if [ "$rc" -eq 9 ]; then
+            verdict=ERRORS
+            leaks=$((leaks + 1))
+        elif [ "$rc" -eq 0 ]; then
+            verdict=ACCEPTED
+            accepted=$((accepted + 1))
+        fi
+        local msg
+        msg=$(grep -v '^==' "$part" | grep -m 1 . || true)
+        printf '%-6s %-9s %s\n       %s\n' "$rc" "$verdict" "${line:-(no arguments)}" "${msg:-(no message)}"
+    done <"$list"
+    rm -f "$out/.run.log"
+    echo
+    echo "leakcheck: $runs runs, $leaks with valgrind errors or leaks, $accepted bad invocations accepted (log: $log)"
+    [ "$leaks" -eq 0 ] && [ "$accepted" -eq 0 ] || return 1
+}
+
+case "$mode" in
+compute) run_compute ;;
+leakcheck) run_leakcheck ;;
+*) die "usage: tests/sanitize.sh compute|leakcheck BUILD/attn" ;;
+esac
