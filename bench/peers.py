@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""bench/peers.py: PyTorch beside the stages, on the same shapes, in the same CSV format.
+
+Peers (the `stage` column):
+  torch_naive  scores = q @ k^T * scale (fp16), masked_fill(-inf) above the diagonal when causal,
+               softmax in fp32, cast back to fp16, probs @ v
+  sdpa_flash   F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+  sdpa_cudnn   the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+(causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
+warm-up and the memory measurement (torch.cuda.max_memory_allocated after reset_peak_memory_stats,
+minus what was allocated before and minus the output), then CUDA-event timing, median over
+adaptive repeats (aim --repeat-ms of timed work, 3..50 runs), then a spot check of --check-rows rows
+against a float64 reference with the tolerance rule of common/check.c (taking the fp16 scores of
+the naive path into account). torch.cuda.OutOfMemoryError -> status OOM; a backend that refuses a
+shape -> status unsupported, with PyTorch's reason.
+
+Optional: without PyTorch or without a CUDA GPU it says why and exits 0, writing nothing.
+attn-bench --peers FILE merges the rows into its tables (speedups, stage 06 vs FA2 / cuDNN).
+"""
+import argparse
+import datetime
+import math
+import os
+import random
+import statistics
+import sys
+import time
+import warnings
+
+COLS = ("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,speedup_vs_02,"
+        "speedup_vs_fastest,extra_bytes,workspace_bytes,max_abs_err,check,repeats,note").split(",")
+PEERS = ("torch_naive", "sdpa_flash", "sdpa_cudnn")
+U16 = 2.0 ** -11
+U32 = 2.0 ** -24
+
+
+def log(msg, end="\n"):
+    sys.stderr.write(msg + end)
+    sys.stderr.flush()
+
+
+def clean(s):
+    """A field that can go into the CSV and a Markdown table as it is."""
+    s = str(s)
+    for a, b in ((",", ";"), ("|", ";"), ('"', "'"), ("\n", " "), ("\r", " "), ("\t", " ")):
+        s = s.replace(a, b)
+    return " ".join(s.split())[:300]
+
+
+def int_list(s):
+    try:
+        v = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of integers: %r" % s)
+    if not v or min(v) < 1:
+        raise argparse.ArgumentTypeError("expected positive integers: %r" % s)
+    return v
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="B=1 H=4 N=128,512,1024 D=64")
+    ap.add_argument("--csv", default="build/bench/bench_peers.csv", help="CSV to write")
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--seqs", type=int_list)
+    ap.add_argument("--dims", type=int_list)
+    ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
+    ap.add_argument("--repeat-ms", type=float, default=400.0)
+    ap.add_argument("--min-repeat", type=int, default=3)
+    ap.add_argument("--max-repeat", type=int, default=50)
+    ap.add_argument("--check-rows", type=int, default=16)
+    ap.add_argument("--peers", default=",".join(PEERS), help="subset of " + ",".join(PEERS))
+    a = ap.parse_args(argv)
+    a.peers = [p for p in a.peers.split(",") if p]
+    for p in a.peers:
+        if p not in PEERS:
+            ap.error("unknown peer %r (have %s)" % (p, ", ".join(PEERS)))
+    if a.quick:
+        defaults = dict(batch=1, heads=4, seqs=[128, 512, 1024], dims=[64])
+    else:
+        defaults = dict(batch=4, heads=32, seqs=[512, 1024, 2048, 4096, 8192, 16384], dims=[64, 128])
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.batch < 1 or a.heads < 1 or a.min_repeat < 1 or a.max_repeat < a.min_repeat:
+        ap.error("bad --batch, --heads or repeat bounds")
+    return a
+
+
+class Unsupported(Exception):
+    pass
+
+
+def backend_ctx(torch, which):
+    """A context manager that allows exactly one SDPA backend, or raises Unsupported."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        SDPBackend = sdpa_kernel = None
+    if sdpa_kernel is not None:
+        name = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}[which]
+        if not hasattr(SDPBackend, name):
+            raise Unsupported("PyTorch %s has no SDPBackend.%s" % (torch.__version__, name))
+        return sdpa_kernel(getattr(SDPBackend, name))
+    if which == "flash":  # PyTorch < 2.3
+        return torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False,
+                                              enable_mem_efficient=False)
+    raise Unsupported("PyTorch %s has no cuDNN attention backend" % torch.__version__)
+
+
+def make_fn(torch, peer, q, k, v, causal, scale):
+    F = torch.nn.functional
+    if peer == "torch_naive":
+        n = q.shape[-2]
+
+        def naive():
+            s = (q @ k.transpose(-2, -1)) * scale
+            if causal:
+                mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1)
+                s = s.masked_fill(mask, float("-inf"))
+            p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+            return p @ v
+        return naive
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+    return sdpa
+
+
+def check_rows(torch, out, q, k, v, causal, scale, nrows, seed):
+    """Max abs error and pass/fail on sampled rows against a float64 reference. The tolerance is
+    common/check.c's, with the scores' error bound widened by the fp16 rounding of the naive path's
+    scores: ds = (u16 + u32 (D + 16)) * max_j scale * sum_d |q_d k_jd|."""
+    B, H, N, D = q.shape
+    rng = random.Random(seed)
+    rows = {(0, 0, 0), (B - 1, H - 1, N - 1)}
+    while len(rows) < min(nrows, B * H * N):
+        rows.add((rng.randrange(B), rng.randrange(H), rng.randrange(N)))
+    max_err, worst = 0.0, 0.0
+    finite = True
+    for b, h, i in sorted(rows):
+        n = i + 1 if causal else N
+        qi = q[b, h, i].double()
+        kk = k[b, h, :n].double()
+        vv = v[b, h, :n].double()
+        s = (kk @ qi) * scale
+        ref = torch.softmax(s, dim=0) @ vv
+        got = out[b, h, i].double()
+        if not bool(torch.isfinite(got).all()):
+            finite = False
+            continue
+        sabs = float(((kk.abs() @ qi.abs()) * scale).max())
+        vmax = float(vv.abs().max())
+        ds = (U16 + U32 * (D + 16)) * sabs
+        tol = 2 * U16 * ref.abs() + 2 * U16 * vmax + 2 * ds * vmax + 8 * math.sqrt(n) * U32 * vmax + 1e-7
+        err = (got - ref).abs()
+        max_err = max(max_err, float(err.max()))
+        worst = max(worst, float((err / tol).max()))
+    return finite and worst <= 1.0, max_err, worst, len(rows)
+
+
+def time_fn(torch, fn, reps, warmup):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in ev)
+
+
+def short_oom(e):
+    msg = str(e).split(". GPU")[0]
+    return "CUDA out of memory: " + msg.replace("CUDA out of memory. ", "")
+
+
+def run_point(torch, args, peer, q, k, v, causal, row):
+    """Fills row (status, ms, tflops, extra_bytes, max_abs_err, check, repeats, note)."""
+    B, H, N, D = q.shape
+    scale = 1.0 / math.sqrt(D)
+    fn = make_fn(torch, peer, q, k, v, causal, scale)
+    ctx = None
+    if peer != "torch_naive":
+        try:
+            ctx = backend_ctx(torch, peer.split("_")[1])
+        except Unsupported as e:
+            row.update(status="unsupported", note=clean(e))
+            return
+    try:
+        if ctx is not None:
+            ctx.__enter__()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = fn()  # the warm-up, and the memory measurement
+                torch.cuda.synchronize()
+            except torch.cuda.OutOfMemoryError as e:
+                row.update(status="OOM", note=clean(short_oom(e)))
+                return
+            except RuntimeError as e:
+                why = "; ".join(str(w.message).split("\n")[0] for w in caught) or str(e)
+                text = (str(e) + why).lower()
+                if "out of memory" in text:
+                    row.update(status="OOM", note=clean(short_oom(e)))
+                elif any(s in text for s in ("no available kernel", "support", "cudnn", "requires")):
+                    row.update(status="unsupported", note=clean(str(e).split("\n")[0] + " " + why))
+                else:
+                    row.update(status="error", note=clean(str(e).split("\n")[0]))
+                return
+        peak = torch.cuda.max_memory_allocated()
+        extra = max(0, peak - base - out.numel() * out.element_size())
+        ok, max_err, worst, nchecked = check_rows(torch, out, q, k, v, causal, scale,
+                                                   args.check_rows, 1000 + N + D + causal)
+        del out
+        try:
+            est = time_fn(torch, fn, 1, 0)
+            reps = max(args.min_repeat, min(args.max_repeat, math.ceil(args.repeat_ms / max(est, 1e-4))))
+            warm = 0 if est >= 250 else 1 if est >= 20 else 2
+            ms = time_fn(torch, fn, reps, warm)
+        except torch.cuda.OutOfMemoryError as e:
+            row.update(status="OOM", note=clean(short_oom(e)))
+            return
+        flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
+        row.update(status="ok" if ok else "FAIL", ms="%.6g" % ms, tflops="%.6g" % (flops / (ms * 1e9)),
+                   extra_bytes=str(extra), max_abs_err="%.4g" % max_err,
+                   check="pass" if ok else "FAIL", repeats=str(reps))
+        if not ok:
+            row["note"] = clean("%d rows: max abs err %.3g; worst err/tol %.3g" % (nchecked, max_err, worst))
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+        torch.cuda.empty_cache()
+
+
+def main(argv):
+    args = parse_args(argv)
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        log("peers: skipped: PyTorch is not importable here (%s: %s); the stages do not need it"
+            % (type(e).__name__, e))
+        return 0
+    if not torch.cuda.is_available():
+        log("peers: skipped: PyTorch %s sees no CUDA GPU" % torch.__version__)
+        return 0
+    t_start = time.time()
+    gpu = clean(torch.cuda.get_device_name())
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    causals = [0, 1] if args.causal == "both" else [int(args.causal)]
+    total = len(args.dims) * len(args.seqs) * len(causals) * len(args.peers)
+    log("peers: PyTorch %s, CUDA %s, cuDNN %s on %s; B=%d H=%d N=%s D=%s causal=%s; peers %s"
+        % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), gpu, args.batch,
+           args.heads, ",".join(map(str, args.seqs)), ",".join(map(str, args.dims)), args.causal,
+           ",".join(args.peers)))
+    rows = []
+    i = 0
+    gen = torch.Generator(device="cuda")
+    for D in args.dims:
+        for N in args.seqs:
+            shape = (args.batch, args.heads, N, D)
+            q = k = v = None
+            in_err = None
+            try:
+                gen.manual_seed(0xA77E + 64 * D + N)
+                q, k, v = (torch.randn(shape, dtype=torch.float16, device="cuda", generator=gen)
+                           for _ in range(3))
+            except torch.cuda.OutOfMemoryError as e:
+                in_err = ("OOM", clean(short_oom(e)))
+            for causal in causals:
+                for peer in args.peers:
+                    i += 1
+                    row = dict.fromkeys(COLS, "")
+                    row.update(gpu=gpu, date=date, commit=clean(args.commit), stage=peer, name=peer,
+                               B=str(args.batch), H=str(args.heads), N=str(N), D=str(D),
+                               causal=str(causal), dtype="fp16")
+                    log("[%*d/%d] D=%-3d %-10s N=%-6d %-12s " % (len(str(total)), i, total, D,
+                        "causal" if causal else "non-causal", N, peer), end="")
+                    t0 = time.time()
+                    if in_err:
+                        row.update(status=in_err[0], note="inputs: " + in_err[1])
+                    else:
+                        try:
+                            run_point(torch, args, peer, q, k, v, causal, row)
+                        except Exception as e:  # keep the sweep going; the row says what happened
+                            row.update(status="error", note=clean("%s: %s" % (type(e).__name__, e)))
+                    if row["status"] in ("ok", "FAIL"):
+                        log("%9s ms %8.1f TFLOP/s %3s reps  %s%s  (%.1f s)" % (
+                            row["ms"], float(row["tflops"]), row["repeats"], row["check"],
+                            "  " + row["note"] if row["note"] else "", time.time() - t0))
+                    else:
+                        log("%s: %s  (%.1f s)" % (row["status"], row["note"], time.time() - t0))
+                    rows.append(row)
+            del q, k, v
+            torch.cuda.empty_cache()
+    d = os.path.dirname(args.csv)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(args.csv, "w") as f:
+        f.write(",".join(COLS) + "\n")
+        for r in rows:
+            f.write(",".join(str(r[c]) for c in COLS) + "\n")
+    log("peers: wrote %d rows to %s in %.1f s" % (len(rows), args.csv, time.time() - t_start))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,104 @@
+/*
+ * test_limits.c: what users throw at the stages. Non-finite inputs fed directly to every stage (no
+ * hang, no crash); more heads than a grid's y dimension allows (B*H > 65535); tensors of more than
+ * 2^31 elements (64-bit offsets everywhere); and no device memory lost over a thousand runs.
+ * The stages come from the registry; a stage that lacks the memory for a shape says so and is
+ * skipped for that shape only.
+ */
+#include <math.h>
+
+#include "half.h"
+#include "test_util.h"
+
+static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int full_heads,
+                                       int64_t extra_rows) {
+    attn_inputs in;
+    int ran = 0, have_gpu = attn_gpu_available() == ATTN_OK;
+    if (!have_gpu) cr_skip_test("needs a GPU: %s", attn_last_error());
+    cr_assert_eq(attn_inputs_random(&in, p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    for (int i = 0; i < attn_num_stages; i++) {
+        const attn_stage *s = &attn_stages[i];
+        if (!s->on_gpu || !s->run || attn_stage_supports(s, p) != ATTN_OK) continue;
+        attn_run_opts opt = attn_run_opts_default();
+        opt.warmup = 0, opt.repeat = 1, opt.check = 1, opt.full_heads = full_heads, opt.check_rows = extra_rows;
+        attn_result r;
+        attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
+        if (st == ATTN_ENOMEM) {
+            cr_log_warn("stage %s: %s (not run at this shape)", s->id, attn_last_error());
+            continue;
+        }
+        cr_assert_eq(st, ATTN_OK, "stage %s: %s", s->id, attn_last_error());
+        cr_assert(r.chk.pass, "stage %s B=%lld H=%lld N=%lld D=%lld: worst ratio %g at [%lld,%lld,%lld,%lld], "
+                  "non-finite %lld", s->id, (long long)p->B, (long long)p->H, (long long)p->N,
+                  (long long)p->D, r.chk.worst_ratio, (long long)r.chk.worst_b, (long long)r.chk.worst_h,
+                  (long long)r.chk.worst_n, (long long)r.chk.worst_d, (long long)r.chk.nonfinite);
+        cr_log_info("stage %s at B=%lld H=%lld N=%lld D=%lld: %.3f ms, %lld rows checked, PASS", s->id,
+                    (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D, r.ms_median,
+                    (long long)r.chk.rows_checked);
+        ran++;
+    }
+    cr_assert(ran > 0, "no GPU stage ran");
+    attn_inputs_free(&in);
+}
+
+/* 3 * 30000 = 90000 (b, h) pairs: more than the 65535 blocks a grid's y or z dimension holds. */
+Test(limits, more_heads_than_grid_y, .timeout = 600) {
+    attn_problem p = attn_problem_make(3, 30000, 19, 64, 1);
+    run_all_gpu_stages_checked(&p, 21, 1, 2000);
+}
+
+/* 64 * 64 * 4100 * 128 = 2,149,580,800 elements per tensor: past 2^31 = 2,147,483,648, so any
+ * 32-bit offset wraps in the last head. The check covers every row of the first and last head. */
+Test(limits, tensors_past_2_pow_31_elements, .timeout = 900) {
+    attn_problem p = attn_problem_make(64, 64, 4100, 128, 0);
+    cr_assert_gt(attn_qkv_elems(&p), (int64_t)1 << 31);
+    run_all_gpu_stages_checked(&p, 22, 1, 64);
+}
+
+/* NaN and inf fed straight to every stage (as a library, past --load's refusal): the stage must
+ * return, not hang or crash. What it computes from NaN is NaN; that is not checked. */
+Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
+    attn_problem p = attn_problem_make(2, 2, 130, 64, 1);
+    const uint16_t bad[3] = {0x7e00 /* NaN */, 0x7c00 /* +inf */, 0xfc00 /* -inf */};
+    for (int i = 0; i < attn_num_stages; i++) {
+        const attn_stage *s = &attn_stages[i];
+        if (!s->run || (s->on_gpu && attn_gpu_available() != ATTN_OK)) continue;
+        for (int which = 0; which < 3; which++)
+            for (int t = 0; t < 3; t++) {
+                attn_inputs in;
+                cr_assert_eq(attn_inputs_random(&in, &p, 30, ATTN_INIT_NORMAL), ATTN_OK);
+                uint16_t *tensor = t == 0 ? in.q : t == 1 ? in.k : in.v;
+                for (int64_t e = 5; e < attn_qkv_elems(&p); e += 97) tensor[e] = bad[which];
+                attn_run_opts opt = attn_run_opts_default();
+                opt.warmup = 0, opt.repeat = 1;
+                attn_result r;
+                attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
+                cr_assert_eq(st, ATTN_OK, "stage %s with %s in %c: %s", s->id,
+                             which == 0 ? "NaN" : "inf", "qkv"[t], attn_last_error());
+                attn_inputs_free(&in);
+            }
+    }
+}
+
+/* A thousand runs of each GPU stage (allocate, run, free) leave the device's free memory as it was. */
+Test(limits, no_device_memory_lost_over_1000_runs, .timeout = 600) {
+    if (attn_gpu_available() != ATTN_OK) cr_skip_test("needs a GPU: %s", attn_last_error());
+    attn_problem p = attn_problem_make(2, 3, 129, 64, 1);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 40, ATTN_INIT_NORMAL), ATTN_OK);
+    for (int i = 0; i < attn_num_stages; i++) {
+        const attn_stage *s = &attn_stages[i];
+        if (!s->on_gpu || !s->run || attn_stage_supports(s, &p) != ATTN_OK) continue;
+        attn_run_opts opt = attn_run_opts_default();
+        opt.warmup = 0, opt.repeat = 1;
+        attn_result r;
+        cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+        size_t free0, free1, total;
+        cr_assert_eq(attn_gpu_mem_info(&free0, &total), ATTN_OK);
+        for (int run = 0; run < 1000; run++)
+            cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "run %d: %s", run, attn_last_error());
+        cr_assert_eq(attn_gpu_mem_info(&free1, &total), ATTN_OK);
+        cr_assert_eq(free1, free0, "stage %s: %zu bytes free before 1000 runs, %zu after", s->id, free0, free1);
+    }
+    attn_inputs_free(&in);
+}
