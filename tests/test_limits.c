@@ -80,8 +80,10 @@ Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
     }
 }
 
-/* A thousand runs of each GPU stage (allocate, run, free) leave the device's free memory as it was. */
-Test(limits, no_device_memory_lost_over_1000_runs, .timeout = 600) {
+/* A thousand runs of each GPU stage (allocate, run, free) leave the device's free memory as it was.
+ * Free memory is device-wide, so this test is in the `serial` suite, which make check runs alone
+ * (-j1, no other test allocating beside it). */
+Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
     if (attn_gpu_available() != ATTN_OK) cr_skip_test("needs a GPU: %s", attn_last_error());
     attn_problem p = attn_problem_make(2, 3, 129, 64, 1);
     attn_inputs in;

@@ -6,7 +6,8 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(BUILD)/test_attn
 # pkg-config's criterion.pc needs .pc files the GPU machine lacks, so link plainly.
 CRITERION_LIBS ?= -lcriterion
-# Criterion options: one job per core, and a generous per-test timeout (N=1000 references on 2 cores).
+# Criterion options: a generous per-test timeout (N=1000 references on 2 cores). Criterion runs one
+# job per core by default.
 CHECK_ARGS ?= --timeout 300
 
 .PHONY: check test-bin
@@ -21,4 +22,7 @@ check:
 ifeq ($(HAVE_CUDA),)
 	@echo "note: nvcc not found: the GPU stages were not built; their tests will be skipped."
 endif
-	ATTN_BIN=$(ATTN) $(TEST_BIN) $(CHECK_ARGS)
+	@echo "== the serial suite: tests that measure the whole device, run alone"
+	ATTN_BIN=$(ATTN) $(TEST_BIN) $(CHECK_ARGS) -j1 --filter 'serial/*'
+	@echo "== every other test, in parallel"
+	ATTN_BIN=$(ATTN) $(TEST_BIN) $(CHECK_ARGS) --filter '!(serial/*)'
