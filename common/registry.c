@@ -14,6 +14,7 @@
 #include "03_tiled/tiled.h"
 #include "04_online_softmax/online_softmax.h"
 #include "05_causal_bands/causal_bands.h"
+#include "06_fa2_full/stage06.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -45,6 +46,9 @@ const attn_stage attn_stages[] = {
     {"05", "05_causal_bands", "causal_bands",
      "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
      1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+    {"06", "06_fa2_full", "fa2_full",
+     "FlashAttention-2: tensor cores, P kept in registers, cp.async double buffering, swizzled smem, LSE",
+     1, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 

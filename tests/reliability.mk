@@ -3,8 +3,10 @@
 #   make fuzz [FUZZ_SECONDS=60]       libFuzzer (clang) on the .npy reader; exits 1 on a crash
 #   make check-asan                   host code and tests under ASan + UBSan, without CUDA, in build/asan
 #   make sanitize [SANITIZE_QUICK=1]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
-#                                     every GPU stage (on the GPU machine); logs in build/sanitize/
-#                                     (SANITIZE_TOOLS="memcheck ..." and SANITIZE_STAGES="03 ..." narrow it)
+#                                     every GPU stage (on the GPU machine), SANITIZE_JOBS in parallel;
+#                                     logs in build/sanitize/<tool>-<stage>/
+#                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ..." and
+#                                     SANITIZE_SEQS="1 17" narrow it; SANITIZE_QUICK=1: D = 64 and the smallest)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
 
 .PHONY: fuzz check-asan sanitize leakcheck
@@ -49,9 +51,24 @@ check-asan:
 	 echo "check-asan: PASS: no ASan, LSan or UBSan reports"
 
 # ---- compute-sanitizer over the GPU stages ---------------------------------------------------
+# One compute-sanitizer process per (tool, stage) pair, SANITIZE_JOBS at a time (each is mostly CPU:
+# the sanitizer instruments the kernels; the shapes are small), then one table of all of them.
+SANITIZE_JOBS ?= $(shell nproc 2>/dev/null || echo 4)
 sanitize: $(ATTN)
-	@HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) SANITIZE_DIR=$(BUILD)/sanitize \
-	bash tests/sanitize.sh compute $(ATTN)
+	@rm -rf $(BUILD)/sanitize && mkdir -p $(BUILD)/sanitize
+	@stages="$${SANITIZE_STAGES:-$$($(ATTN) --list-ids gpu)}"; \
+	 for t in $${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do \
+	   for s in $$stages; do echo "$$t $$s"; done; done | \
+	 xargs -P $(SANITIZE_JOBS) -L 1 sh -c 'HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) \
+	   SANITIZE_DIR=$(BUILD)/sanitize/$$0-$$1 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 \
+	   bash tests/sanitize.sh compute $(ATTN) >$(BUILD)/sanitize/$$0-$$1.out 2>&1' || true
+	@printf '%-10s %-6s %5s %7s %7s\n' tool stage runs errors failed
+	@cat $(BUILD)/sanitize/*/summary.txt 2>/dev/null | grep -v '^tool' | sort
+	@ls $(BUILD)/sanitize/*/summary.txt >/dev/null 2>&1 || { echo "sanitize: no run finished:"; \
+	 cat $(BUILD)/sanitize/*.out | sort -u | head -n 5; }
+	@cat $(BUILD)/sanitize/*/summary.txt 2>/dev/null | grep -v '^tool' | \
+	 awk '{r += $$3; e += $$4; f += $$5; n++} END {printf "sanitize: %d pairs, %d runs, %d errors, %d failed runs\n", n, r, e, f; \
+	      exit (n == 0 || e > 0 || f > 0)}' || { echo "logs: $(BUILD)/sanitize/"; exit 1; }
 
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)

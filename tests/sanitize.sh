@@ -45,6 +45,7 @@ run_compute() {
     local tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
     local seqs="1 17 129 1000"
     [ "${SANITIZE_QUICK:-0}" = 1 ] && seqs="17 1000"
+    [ -n "${SANITIZE_SEQS:-}" ] && seqs=$SANITIZE_SEQS
     local limit=${SANITIZE_TIMEOUT:-600}
     local tmo=""
     command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"

@@ -1,0 +1,113 @@
+/*
+ * example_main.c: fa2_forward() from plain C, outside the suite. Needs only fa2.h, build/libfa2.a and
+ * the CUDA runtime:
+ *
+ *   make build/libfa2.a
+ *   gcc 06_fa2_full/example_main.c -I06_fa2_full -I/usr/local/cuda/include build/libfa2.a \
+ *       -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm -o fa2_example
+ *   ./fa2_example
+ *
+ * It runs one causal fp16 attention (B=1, H=2, N=256, D=64), then recomputes output row N-1 of head
+ * 0 on the CPU and prints both.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "fa2.h"
+
+/* float -> fp16 bits for the small normal values used here (|x| in [2^-14, 65504]; 0 stays 0) */
+static uint16_t to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e < 113) return (uint16_t)sign; /* too small for a normal fp16: flush to zero */
+    uint32_t h = ((e - 112u) << 10) | (m >> 13);
+    if ((m & 0x1fffu) > 0x1000u || ((m & 0x1fffu) == 0x1000u && (h & 1u))) h++; /* round to nearest even */
+    return (uint16_t)(sign | h);
+}
+static float from_half(uint16_t h) {
+    uint32_t e = (h >> 10) & 0x1fu,
+             x = ((uint32_t)(h & 0x8000u) << 16) | ((e + 112u) << 23) | ((h & 0x3ffu) << 13);
+    float f;
+    if (e == 0) return 0.f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+#define CHECK_CUDA(call)                                                                                     \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));                               \
+            return 1;                                                                                        \
+        }                                                                                                    \
+    } while (0)
+
+int main(void) {
+    const int64_t B = 1, H = 2, N = 256, D = 64;
+    const size_t n = (size_t)(B * H * N * D), bytes = n * sizeof(uint16_t);
+    uint16_t *hq = malloc(bytes), *hk = malloc(bytes), *hv = malloc(bytes), *ho = malloc(bytes);
+    float *hlse = malloc((size_t)(B * H * N) * sizeof(float));
+    if (!hq || !hk || !hv || !ho || !hlse) return 1;
+    srand(1);
+    for (size_t i = 0; i < n; ++i) {
+        hq[i] = to_half((float)rand() / RAND_MAX - 0.5f);
+        hk[i] = to_half((float)rand() / RAND_MAX - 0.5f);
+        hv[i] = to_half((float)rand() / RAND_MAX - 0.5f);
+    }
+
+    void *q, *k, *v, *o;
+    float *lse;
+    CHECK_CUDA(cudaMalloc(&q, bytes));
+    CHECK_CUDA(cudaMalloc(&k, bytes));
+    CHECK_CUDA(cudaMalloc(&v, bytes));
+    CHECK_CUDA(cudaMalloc(&o, bytes));
+    CHECK_CUDA(cudaMalloc((void **)&lse, (size_t)(B * H * N) * sizeof(float)));
+    CHECK_CUDA(cudaMemcpy(q, hq, bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(k, hk, bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(v, hv, bytes, cudaMemcpyHostToDevice));
+
+    const float scale = 1.0f / sqrtf((float)D);
+    fa2_status s = fa2_forward(q, k, v, o, lse, B, H, N, D, /*causal=*/1, scale, FA2_F16, /*stream=*/0);
+    if (s != FA2_OK) {
+        fprintf(stderr, "fa2_forward: %s\n", fa2_status_string(s));
+        return 1;
+    }
+    CHECK_CUDA(cudaDeviceSynchronize()); /* errors inside the kernel surface here */
+    CHECK_CUDA(cudaMemcpy(ho, o, bytes, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(hlse, lse, (size_t)(B * H * N) * sizeof(float), cudaMemcpyDeviceToHost));
+
+    /* CPU check of the last row of head 0 (it sees all N keys) */
+    const int64_t i = N - 1;
+    double sc[256], mx = -INFINITY, l = 0.0, o0 = 0.0;
+    for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; ++d) dot += (double)from_half(hq[i * D + d]) * from_half(hk[j * D + d]);
+        sc[j] = dot * scale;
+        if (sc[j] > mx) mx = sc[j];
+    }
+    for (int64_t j = 0; j <= i; ++j) {
+        const double p = exp(sc[j] - mx);
+        l += p;
+        o0 += p * from_half(hv[j * D + 0]);
+    }
+    printf("O[0,0,%lld,0] = %.5f (CPU %.5f)   LSE[0,0,%lld] = %.5f (CPU %.5f)\n", (long long)i,
+           from_half(ho[i * D]), o0 / l, (long long)i, hlse[i], mx + log(l));
+
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    cudaFree(lse);
+    free(hq);
+    free(hk);
+    free(hv);
+    free(ho);
+    free(hlse);
+    return 0;
+}
