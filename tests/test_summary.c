@@ -9,23 +9,14 @@
 #include <string.h>
 
 #define MAX_REASONS 32
-/* Criterion counts tests left out by --filter as skipped; they are subtracted and not listed. */
 static char reasons[MAX_REASONS][256];
 static size_t reason_count[MAX_REASONS];
 static int num_reasons;
 static size_t other_skips;
 
-static size_t not_selected;
-
 ReportHook(POST_TEST)(struct criterion_test_stats *st) {
     if (st->test_status != CR_STATUS_SKIPPED) return;
     const char *msg = st->message && *st->message ? st->message : "(no reason given)";
-    /* A test left out by --filter (make check runs the `serial` suite in a phase of its own) is
-     * reported by Criterion as disabled: it was not skipped, it runs in the other phase. */
-    if (!strcmp(msg, "Test is disabled")) {
-        not_selected++;
-        return;
-    }
     for (int i = 0; i < num_reasons; i++)
         if (strncmp(reasons[i], msg, sizeof reasons[i] - 1) == 0) {
             reason_count[i]++;
@@ -40,9 +31,14 @@ ReportHook(POST_TEST)(struct criterion_test_stats *st) {
 }
 
 ReportHook(POST_ALL)(struct criterion_global_stats *st) {
+    /* Tests left out by --filter (make check runs the `serial` suite in a phase of its own) never
+     * reach POST_TEST, yet Criterion counts them as skipped: they were not skipped, they run in the
+     * other phase. Only the skips reported with a reason count. */
+    size_t skipped = other_skips;
+    for (int i = 0; i < num_reasons; i++) skipped += reason_count[i];
     for (int i = 0; i < num_reasons; i++)
         fprintf(stderr, "[SKIP] %zu test(s): %s\n", reason_count[i], reasons[i]);
     if (other_skips) fprintf(stderr, "[SKIP] %zu test(s) for other reasons\n", other_skips);
     fprintf(stderr, "tests: %zu passed, %zu failed, %zu skipped\n", st->tests_passed,
-            st->tests_failed + st->tests_crashed, st->tests_skipped - not_selected);
+            st->tests_failed + st->tests_crashed, skipped);
 }
