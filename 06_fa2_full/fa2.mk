@@ -16,7 +16,7 @@ FA2_LIB       := $(BUILD)/libfa2.a
 FA2_CUDA_HOME := $(if $(CUDA_HOME),$(CUDA_HOME),/usr/local/cuda)
 FA2_CUDA_LIB  := $(firstword $(wildcard $(FA2_CUDA_HOME)/lib64 $(FA2_CUDA_HOME)/targets/x86_64-linux/lib))
 FA2_LINK      := -L$(FA2_CUDA_LIB) -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm
-FA2_SRC_DEPS  := $(FA2_DIR)/fa2.cu $(FA2_DIR)/fa2.h $(FA2_DIR)/fa2_internal.h
+FA2_SRC_DEPS  := $(FA2_DIR)/fa2.cu $(FA2_DIR)/fa2.h $(FA2_DIR)/fa2_internal.h $(FA2_DIR)/fa2_switches.h
 
 .PHONY: fa2-lib fa2-example fa2-sass fa2-road
 

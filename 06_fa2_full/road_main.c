@@ -22,18 +22,7 @@
 #include "fa2.h"
 #include "half.h"
 
-#ifndef FA2_TILE_SET
-#define FA2_TILE_SET 1
-#endif
-#ifndef FA2_SWIZZLE
-#define FA2_SWIZZLE 1
-#endif
-#ifndef FA2_PIPE
-#define FA2_PIPE -1
-#endif
-#ifndef FA2_QREGS
-#define FA2_QREGS 1
-#endif
+#include "fa2_switches.h"
 
 #define CK(call)                                                                                             \
     do {                                                                                                     \
