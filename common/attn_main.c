@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +64,19 @@ static void usage(FILE *f) {
             ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D);
 }
 
-static int bad(const char *fmt, const char *a, const char *b) {
+/* One line on stderr naming the argument and what is allowed; returns the usage exit status. */
+static int bad(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+static int bad(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "attn: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
+    va_end(ap);
     return EXIT_USAGE;
 }
 
@@ -168,7 +178,7 @@ int main(int argc, char **argv) {
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_VALUE()                                                                                \
     do {                                                                                            \
-        if (!val) return bad("%s needs a value%s", a, "");                                          \
+        if (!val) return bad("%s needs a value", a);                                          \
         i++;                                                                                        \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -180,7 +190,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--list-ids")) {
             const char *w = (val && val[0] != '-') ? argv[++i] : "all";
             if (strcmp(w, "gpu") && strcmp(w, "cpu") && strcmp(w, "all"))
-                return bad("--list-ids takes gpu, cpu or all (got '%s')%s", w, "");
+                return bad("--list-ids takes gpu, cpu or all (got '%s')", w);
             for (int s = 0; s < attn_num_stages; s++)
                 if (!strcmp(w, "all") || (!strcmp(w, "gpu")) == attn_stages[s].on_gpu)
                     printf("%s\n", attn_stages[s].id);
@@ -188,7 +198,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--list-dims")) {
             NEED_VALUE();
             const attn_stage *s = attn_find_stage(val);
-            if (!s) return bad("--list-dims: unknown stage '%s' (see --list)%s", val, "");
+            if (!s) return bad("--list-dims: unknown stage '%s' (see --list)", val);
             for (int d = 0; d < attn_num_test_dims; d++)
                 if (s->supports_dim(attn_test_dims[d])) printf("%d\n", attn_test_dims[d]);
             return 0;
@@ -226,21 +236,20 @@ int main(int argc, char **argv) {
             scale = strtod(val, &end);
             if (!*val || *end || errno == ERANGE || !isfinite(scale) || scale == 0.0 ||
                 fabs(scale) > 3.4e38 || fabs(scale) < 1.2e-38)
-                return bad("--scale must be a finite non-zero number within float range (got '%s')%s",
-                           val, "");
+                return bad("--scale must be a finite non-zero number within float range (got '%s')", val);
             have_scale = 1;
         } else if (!strcmp(a, "--dtype")) {
             NEED_VALUE();
             if (!strcmp(val, "fp16")) dtype = ATTN_F16;
             else if (!strcmp(val, "bf16")) dtype = ATTN_BF16;
-            else return bad("--dtype must be fp16 or bf16 (got '%s')%s", val, "");
+            else return bad("--dtype must be fp16 or bf16 (got '%s')", val);
         } else if (!strcmp(a, "--init")) {
             NEED_VALUE();
             attn_init k;
             for (k = ATTN_INIT_NORMAL; k <= ATTN_INIT_RISING; k++)
                 if (!strcmp(val, attn_init_name(k))) break;
             if (k > ATTN_INIT_RISING)
-                return bad("--init must be normal, large, first-max or rising (got '%s')%s", val, "");
+                return bad("--init must be normal, large, first-max or rising (got '%s')", val);
             init = k;
         } else if (!strcmp(a, "--causal")) {
             causal = 1;
@@ -253,18 +262,18 @@ int main(int argc, char **argv) {
             NEED_VALUE();
             save_dir = val;
         } else {
-            return bad("unknown argument '%s' (see --help)%s", a, "");
+            return bad("unknown argument '%s' (see --help)", a);
         }
 #undef NEED_VALUE
     }
-    if (!stage_key) return bad("--stage is required (one of the ids in --list)%s%s", "", "");
+    if (!stage_key) return bad("--stage is required (one of the ids in --list)");
     const attn_stage *s = attn_find_stage(stage_key);
     if (!s) return bad("--stage: unknown stage '%s' (see --list for 01..%s)", stage_key,
                        attn_stages[attn_num_stages - 1].id);
     if (save_dir && !dir_writable(save_dir))
-        return bad("--save: '%s' is not a writable directory%s", save_dir, "");
+        return bad("--save: '%s' is not a writable directory", save_dir);
     if (save_dir && dtype != ATTN_F16)
-        return bad("--save writes float16 files: use it with --dtype fp16%s%s", "", "");
+        return bad("--save writes float16 files: use it with --dtype fp16");
 
     attn_problem p = attn_problem_make(B, H, N, D, causal);
     p.dtype = dtype;
