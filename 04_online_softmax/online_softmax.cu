@@ -39,14 +39,6 @@
 #include "online_softmax.h"
 #include "tiles.cuh"
 
-/* 2^x in one instruction. Flushes results below 2^-126 to 0, which for probabilities <= 1 only
- * drops terms that fp16 could not show anyway; 2^(-inf) = 0. */
-static __device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 template <int D>
 __global__ void __launch_bounds__(TILE_THREADS, 2) stage04_kernel(tile_params prm) {
     int64_t bh;
@@ -88,11 +80,11 @@ __global__ void __launch_bounds__(TILE_THREADS, 2) stage04_kernel(tile_params pr
              * hence the same alpha: each can rescale its own share of l and its own columns of O. */
             const float m_new = fmaxf(m[r], tile_row_max(s[r]));
             const float m_sub = m_new == -INFINITY ? 0.0f : m_new; /* no -inf - (-inf) */
-            const float alpha = fast_exp2(m[r] - m_sub);
+            const float alpha = tile_exp2(m[r] - m_sub);
             float rowsum = 0.0f;
 #pragma unroll
             for (int c = 0; c < TILE_KEYS; c++) {
-                s[r][c] = fast_exp2(s[r][c] - m_sub);
+                s[r][c] = tile_exp2(s[r][c] - m_sub);
                 rowsum += s[r][c];
             }
 #pragma unroll

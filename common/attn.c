@@ -49,10 +49,6 @@ double attn_flops(const attn_problem *p) {
 }
 
 const char *attn_dtype_name(attn_dtype t) { return t == ATTN_BF16 ? "bf16" : "fp16"; }
-size_t attn_dtype_size(attn_dtype t) {
-    (void)t;
-    return 2;
-}
 
 const char *attn_status_name(attn_status s) {
     switch (s) {

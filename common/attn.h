@@ -56,7 +56,6 @@ int64_t attn_rows(const attn_problem *p);      /* B*H*N   */
 /* 4*B*H*N*N*D, half of that when causal (the convention FlashAttention's benchmarks use). */
 double attn_flops(const attn_problem *p);
 const char *attn_dtype_name(attn_dtype t);
-size_t attn_dtype_size(attn_dtype t); /* 2 for both */
 
 const char *attn_status_name(attn_status s);
 /* Formats the thread's last error message (printf-style) and returns s, so that callers can write

@@ -304,9 +304,16 @@ static __device__ __forceinline__ void tile_store_o(__half *o_head, const float 
     }
 }
 
-/* ---- host side --------------------------------------------------------------------------------- */
+/* 2^x in one instruction (ex2.approx, MUFU.EX2), for the stages that fold log2(e) into the scale.
+ * Flushes results below 2^-126 to 0, which for probabilities <= 1 only drops terms that fp16 could
+ * not show anyway; 2^(-inf) = 0. */
+static __device__ __forceinline__ float tile_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
-static inline int tiles_supports_dim(int64_t D) { return D == 32 || D == 64 || D == 128; }
+/* ---- host side --------------------------------------------------------------------------------- */
 
 static inline size_t tiles_smem_bytes(int D) { return (size_t)TILE_SMEM_FLOATS(D) * sizeof(float); }
 
