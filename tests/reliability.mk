@@ -4,9 +4,10 @@
 #   make check-asan                   host code and tests under ASan + UBSan, without CUDA, in build/asan
 #   make sanitize [SANITIZE_QUICK=1]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
 #                                     every GPU stage (on the GPU machine), SANITIZE_JOBS in parallel;
-#                                     logs in build/sanitize/<tool>-<stage>/
-#                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ..." and
-#                                     SANITIZE_SEQS="1 17" narrow it; SANITIZE_QUICK=1: D = 64 and the smallest)
+#                                     logs in build/sanitize/<tool>-<stage>-d<D>/
+#                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ...",
+#                                     SANITIZE_DIMS="64 128" and SANITIZE_SEQS="1 17" narrow it;
+#                                     SANITIZE_QUICK=1: D = 64 and the smallest)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
 
 .PHONY: fuzz check-asan sanitize leakcheck
@@ -51,24 +52,32 @@ check-asan:
 	 echo "check-asan: PASS: no ASan, LSan or UBSan reports"
 
 # ---- compute-sanitizer over the GPU stages ---------------------------------------------------
-# One compute-sanitizer process per (tool, stage) pair, SANITIZE_JOBS at a time (each is mostly CPU:
-# the sanitizer instruments the kernels; the shapes are small), then one table of all of them.
+# One compute-sanitizer process per (tool, stage, D) triple, SANITIZE_JOBS at a time (each is mostly
+# CPU: the sanitizer instruments the kernels; the shapes are small; the full set is 4 tools x 22
+# (stage, D) pairs = 88 processes), then one table per (tool, stage).
 SANITIZE_JOBS ?= $(shell nproc 2>/dev/null || echo 4)
+
 sanitize: $(ATTN)
 	@rm -rf $(BUILD)/sanitize && mkdir -p $(BUILD)/sanitize
-	@stages="$${SANITIZE_STAGES:-$$($(ATTN) --list-ids gpu)}"; \
-	 for t in $${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do \
-	   for s in $$stages; do echo "$$t $$s"; done; done | \
+	@bash tests/sanitize.sh plan $(ATTN) >$(BUILD)/sanitize/plan.txt || exit 2; \
+	 echo "sanitize: $$(wc -l <$(BUILD)/sanitize/plan.txt) (tool, stage, D) processes, $(SANITIZE_JOBS) at a time"; \
 	 xargs -P $(SANITIZE_JOBS) -L 1 sh -c 'HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) \
-	   SANITIZE_DIR=$(BUILD)/sanitize/$$0-$$1 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 \
-	   bash tests/sanitize.sh compute $(ATTN) >$(BUILD)/sanitize/$$0-$$1.out 2>&1' || true
-	@printf '%-10s %-6s %5s %7s %7s\n' tool stage runs errors failed
-	@cat $(BUILD)/sanitize/*/summary.txt 2>/dev/null | grep -v '^tool' | sort
+	   SANITIZE_DIR=$(BUILD)/sanitize/$$0-$$1-d$$2 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 SANITIZE_DIMS=$$2 \
+	   bash tests/sanitize.sh compute $(ATTN) >$(BUILD)/sanitize/$$0-$$1-d$$2.out 2>&1' \
+	   <$(BUILD)/sanitize/plan.txt || true
 	@ls $(BUILD)/sanitize/*/summary.txt >/dev/null 2>&1 || { echo "sanitize: no run finished:"; \
-	 cat $(BUILD)/sanitize/*.out | sort -u | head -n 5; }
-	@cat $(BUILD)/sanitize/*/summary.txt 2>/dev/null | grep -v '^tool' | \
-	 awk '{r += $$3; e += $$4; f += $$5; n++} END {printf "sanitize: %d pairs, %d runs, %d errors, %d failed runs\n", n, r, e, f; \
-	      exit (n == 0 || e > 0 || f > 0)}' || { echo "logs: $(BUILD)/sanitize/"; exit 1; }
+	 cat $(BUILD)/sanitize/*.out | sort -u | head -n 5; exit 1; }
+	@grep -h '^  ' $(BUILD)/sanitize/*.out || true
+	@cat $(BUILD)/sanitize/*/summary.txt | grep -v '^tool' | sort -k1,1 -k2,2 -k3,3n | \
+	 awk -v planned=$$(wc -l <$(BUILD)/sanitize/plan.txt) ' \
+	   { k = $$1 " " $$2; if (!(k in r)) { keys[++n] = k; d[k] = $$3 } else d[k] = d[k] "," $$3; \
+	     r[k] += $$4; e[k] += $$5; f[k] += $$6; R += $$4; E += $$5; F += $$6; done_++ } \
+	   END { printf "%-10s %-6s %-22s %5s %7s %7s\n", "tool", "stage", "D", "runs", "errors", "failed"; \
+	         for (i = 1; i <= n; i++) { split(keys[i], kk, " "); \
+	           printf "%-10s %-6s %-22s %5d %7d %7d\n", kk[1], kk[2], d[keys[i]], r[keys[i]], e[keys[i]], f[keys[i]] } \
+	         printf "sanitize: %d of %d processes finished, %d runs, %d errors, %d failed runs\n", done_, planned, R, E, F; \
+	         exit (done_ < planned || E > 0 || F > 0) }' \
+	 || { echo "logs: $(BUILD)/sanitize/<tool>-<stage>-d<D>/"; exit 1; }
 
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)

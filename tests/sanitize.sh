@@ -5,9 +5,12 @@
 #                                every GPU stage that ATTN --list-ids gpu names, at each head dim
 #                                ATTN --list-dims S names, N in {1, 17, 129, 1000}, causal and not.
 #                                SANITIZE_QUICK=1: N in {17, 1000}, D in {64, the smallest}.
-#                                SANITIZE_TOOLS / SANITIZE_STAGES (space-separated) narrow the set.
+#                                SANITIZE_TOOLS / SANITIZE_STAGES / SANITIZE_DIMS / SANITIZE_SEQS
+#                                (space-separated) narrow the set.
 #                                One log per (tool, stage) in $SANITIZE_DIR; a summary table; exit 1
 #                                if any run reports errors or fails.
+#   sanitize.sh plan ATTN        print the (tool, stage, D) triples that `compute` would cover, one a
+#                                line, largest D first: `make sanitize` runs one process per triple.
 #   sanitize.sh leakcheck ATTN   valgrind --leak-check=full over ATTN's error paths (bad arguments,
 #                                missing and malformed .npy files); exit 1 on a leak, a memory error,
 #                                or a bad argument that was accepted.
@@ -27,6 +30,54 @@ die() {
 mkdir -p "$out" || die "cannot create $out"
 
 # ------------------------------------------------------------------------------------------------
+# The head dims to cover for stage $1: all it supports, or 64 and the smallest with SANITIZE_QUICK=1,
+# or SANITIZE_DIMS (those of them the stage supports).
+stage_dims() {
+    local all dims
+    all=$("$attn" --list-dims "$1") || die "$attn --list-dims $1 failed"
+    dims=$all
+    if [ "${SANITIZE_QUICK:-0}" = 1 ]; then
+        local smallest
+        smallest=$(printf '%s\n' $all | sort -n | head -n 1)
+        if printf '%s\n' $all | grep -qx 64; then
+            dims=$(printf '%s\n' 64 "$smallest" | sort -nu)
+        else
+            dims=$smallest
+        fi
+    fi
+    if [ -n "${SANITIZE_DIMS:-}" ]; then
+        local d keep=""
+        for d in $SANITIZE_DIMS; do
+            printf '%s\n' $all | grep -qx "$d" && keep="$keep $d"
+        done
+        dims=$keep
+    fi
+    printf '%s\n' $dims
+}
+
+gpu_stages() {
+    local stages
+    stages=$("$attn" --list-ids gpu) || die "$attn --list-ids gpu failed"
+    [ -n "${SANITIZE_STAGES:-}" ] && stages=$SANITIZE_STAGES
+    [ -n "$stages" ] || die "$attn --list-ids gpu names no GPU stage"
+    printf '%s\n' $stages
+}
+
+run_plan() {
+    local stages s t d dims plan=""
+    stages=$(gpu_stages) || exit 2
+    for s in $stages; do
+        dims=$(stage_dims "$s") || exit 2
+        for t in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+            for d in $dims; do plan="$plan$t $s $d
+"; done
+        done
+    done
+    # Largest D first: those runs take longest, so starting them first keeps all job slots busy.
+    printf '%s' "$plan" | sort -k3,3nr -k1,1 -k2,2
+}
+
+# ------------------------------------------------------------------------------------------------
 run_compute() {
     [ -n "${HAVE_CUDA:-1}" ] || die "make sanitize needs the CUDA build (nvcc was not found) and a GPU"
     local cs=${COMPUTE_SANITIZER:-}
@@ -39,9 +90,7 @@ run_compute() {
     fi
 
     local stages
-    stages=$("$attn" --list-ids gpu) || die "$attn --list-ids gpu failed"
-    [ -n "${SANITIZE_STAGES:-}" ] && stages=$SANITIZE_STAGES
-    [ -n "$stages" ] || die "$attn --list-ids gpu names no GPU stage"
+    stages=$(gpu_stages) || exit 2
     local tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
     local seqs="1 17 129 1000"
     [ "${SANITIZE_QUICK:-0}" = 1 ] && seqs="17 1000"
@@ -51,23 +100,14 @@ run_compute() {
     command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"
 
     local summary=$out/summary.txt
-    printf '%-10s %-6s %5s %7s %7s\n' tool stage runs errors failed >"$summary"
+    printf '%-10s %-6s %-14s %5s %7s %7s\n' tool stage dims runs errors failed >"$summary"
     local bad=0 s t
     for t in $tools; do
         local opts=""
         [ "$t" = memcheck ] && opts="--leak-check full"
         for s in $stages; do
             local dims
-            dims=$("$attn" --list-dims "$s") || die "$attn --list-dims $s failed"
-            if [ "${SANITIZE_QUICK:-0}" = 1 ]; then
-                local smallest
-                smallest=$(printf '%s\n' $dims | sort -n | head -n 1)
-                if printf '%s\n' $dims | grep -qx 64; then
-                    dims=$(printf '%s\n' 64 "$smallest" | sort -nu)
-                else
-                    dims=$smallest
-                fi
-            fi
+            dims=$(stage_dims "$s") || exit 2
             local log=$out/$t-$s.log runs=0 errs=0 failed=0 n d c
             : >"$log"
             for n in $seqs; do
@@ -76,11 +116,12 @@ run_compute() {
                         local cmd="$cs --tool $t $opts --error-exitcode 1 $attn --stage $s --batch 2 --heads 3 --seq $n --dim $d $c --repeat 1 --warmup 0 --check"
                         local part=$out/.run.log
                         echo "### $cmd" >>"$log"
+                        local t0=$SECONDS
                         # shellcheck disable=SC2086
                         $tmo $cmd >"$part" 2>&1
                         local rc=$?
                         cat "$part" >>"$log"
-                        echo "### exit status $rc" >>"$log"
+                        echo "### exit status $rc after $((SECONDS - t0)) s" >>"$log"
                         runs=$((runs + 1))
                         # "ERROR SUMMARY: 3 errors"; racecheck: "RACECHECK SUMMARY: ... (2 errors, 1 warnings)"
                         local e
@@ -102,7 +143,7 @@ run_compute() {
                 done
             done
             rm -f "$out/.run.log"
-            printf '%-10s %-6s %5d %7d %7d\n' "$t" "$s" "$runs" "$errs" "$failed" >>"$summary"
+            printf '%-10s %-6s %-14s %5d %7d %7d\n' "$t" "$s" "$(echo $dims | tr ' ' ,)" "$runs" "$errs" "$failed" >>"$summary"
             [ "$errs" -gt 0 ] || [ "$failed" -gt 0 ] && bad=1
         done
     done
@@ -196,6 +237,7 @@ EOF
 
 case "$mode" in
 compute) run_compute ;;
+plan) run_plan ;;
 leakcheck) run_leakcheck ;;
-*) die "usage: tests/sanitize.sh compute|leakcheck BUILD/attn" ;;
+*) die "usage: tests/sanitize.sh compute|plan|leakcheck BUILD/attn" ;;
 esac
