@@ -1154,7 +1154,6 @@ static int have_sdpa_rows(const rows_t *rows) {
 /* Stage <last> against the PyTorch SDPA peers: the peer's time over the stage's (above 1: the
  * stage is faster). Printed only when such peer rows exist. */
 static void print_peer_ratios(const rows_t *rows, int markdown, FILE *f) {
-    const char *const *peer = sdpa_peer, *const *peer_label = sdpa_label;
     const char *mine = top_stage(rows);
     if (!have_sdpa_rows(rows) || !mine) return;
     const row_t **pan;
@@ -1173,7 +1172,7 @@ static void print_peer_ratios(const rows_t *rows, int markdown, FILE *f) {
     for (int pi = 0; pi < np; pi++)
         for (int k = 0; k < 2; k++) {
             snprintf(hdr[2 * pi + k], sizeof hdr[0], "D=%lld%s vs %s", (long long)pan[pi]->D,
-                     pan[pi]->causal ? " causal" : "", peer_label[k]);
+                     pan[pi]->causal ? " causal" : "", sdpa_label[k]);
             size_t len = strlen(spec);
             snprintf(spec + len, sizeof spec - len, "|%s>", hdr[2 * pi + k]);
         }
@@ -1188,9 +1187,9 @@ static void print_peer_ratios(const rows_t *rows, int markdown, FILE *f) {
             for (int k = 0; k < 2; k++) {
                 char *c = cells[1 + 2 * pi + k];
                 const row_t *a = find_row(rows, pan[pi], all[ni], mine);
-                const row_t *b = find_row(rows, pan[pi], all[ni], peer[k]);
+                const row_t *b = find_row(rows, pan[pi], all[ni], sdpa_peer[k]);
                 if (!a || !b) snprintf(c, 64, "-");
-                else if (!is_ok(b)) snprintf(c, 64, "%s %s", peer_label[k], b->status);
+                else if (!is_ok(b)) snprintf(c, 64, "%s %s", sdpa_label[k], b->status);
                 else if (!is_ok(a)) snprintf(c, 64, "%s %s", mine, a->status);
                 else {
                     snprintf(c, 64, "%.2f", b->ms / a->ms);
@@ -1246,18 +1245,10 @@ static int print_stage_table(const rows_t *rows, const char *id, int markdown, F
                                      pc[0], pc[1], pc[2], pc[3]};
             for (int k = 0; with_peers && k < 2; k++) {
                 const row_t *b = find_row(rows, pan[pi], seqs[ni], sdpa_peer[k]);
-                char pm[6][340];
-                if (!b) {
-                    snprintf(pc[k], sizeof pc[k], "-");
-                    snprintf(pc[2 + k], sizeof pc[k], "-");
-                    continue;
-                }
-                metric_cells(b, pm);
-                snprintf(pc[k], sizeof pc[k], "%s", is_ok(b) ? pm[1] : b->status);
-                if (is_ok(b) && is_ok(r))
-                    snprintf(pc[2 + k], sizeof pc[k], "%.2f", b->ms / r->ms);
-                else
-                    snprintf(pc[2 + k], sizeof pc[k], "-");
+                if (b && is_ok(b)) fmt_tf(pc[k], sizeof pc[k], b->tflops);
+                else snprintf(pc[k], sizeof pc[k], "%s", b ? b->status : "-");
+                if (b && is_ok(b) && is_ok(r)) snprintf(pc[2 + k], sizeof pc[k], "%.2f", b->ms / r->ms);
+                else snprintf(pc[2 + k], sizeof pc[k], "-");
             }
             table_row(&t, cells);
         }
