@@ -499,6 +499,9 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
     } else if (s->on_gpu && !sw->gpu_ok) {
         snprintf(r->status, sizeof r->status, "no-gpu");
         set_note(r, "%s", sw->gpu_why);
+    } else if (attn_stage_available(s) != ATTN_OK) {
+        snprintf(r->status, sizeof r->status, "unavailable");
+        set_note(r, "%s", attn_last_error());
     } else if (attn_stage_supports(s, p) != ATTN_OK) {
         snprintf(r->status, sizeof r->status, "unsupported");
         set_note(r, "%s", attn_last_error());
@@ -606,7 +609,8 @@ static void run_sweep(sweep_t *sw) {
             int need = 0;
             for (int k = 0; k < c->nstage_sel; k++) {
                 const attn_stage *s = &attn_stages[c->stage_sel[k]];
-                if (!s->run || (s->on_gpu && !sw->gpu_ok) || attn_stage_supports(s, &p) != ATTN_OK)
+                if (!s->run || (s->on_gpu && !sw->gpu_ok) || attn_stage_available(s) != ATTN_OK ||
+                    attn_stage_supports(s, &p) != ATTN_OK)
                     continue;
                 if (!s->on_gpu) {
                     /* The CPU stage alone needs no inputs where it would be skipped anyway. */
@@ -1079,8 +1083,8 @@ static void print_legend(int markdown, FILE *f) {
         "point, over this row's time (above 1: faster). %sextra mem%s: device memory beyond Q, K, V, "
         "O and LSE. %scheck%s: max |O - O_ref| on sampled rows against the double CPU reference; a "
         "FAIL row is never counted as a timing. OOM: the stage's workspace does not fit; cpu-skip: "
-        "the CPU stage would take longer than the limit; unsupported: a head dim the stage does "
-        "not take.\n\n",
+        "the CPU stage would take longer than the limit; unavailable: the stage does not run on this "
+        "GPU (its note says why); unsupported: a head dim the stage does not take.\n\n",
         b, b, b, b, b, b, b, b, b, b, b, b);
 }
 

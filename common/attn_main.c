@@ -95,14 +95,20 @@ static int parse_i64(const char *flag, const char *s, long long lo, long long hi
 }
 
 static void list_stages(void) {
-    printf("%-3s %-18s %-4s %-12s %-10s %-4s %-10s %s\n", "id", "folder", "runs", "dims", "dtypes",
-           "LSE", "built", "idea");
+    printf("%-3s %-20s %-4s %-21s %-10s %-4s %-5s %s\n", "id", "folder", "runs", "dims", "dtypes", "LSE",
+           "here", "idea");
+    int unavailable = 0;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        printf("%-3s %-18s %-4s %-12s %-10s %-4s %-10s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
+        const int ok = attn_stage_available(s) == ATTN_OK;
+        printf("%-3s %-20s %-4s %-21s %-10s %-4s %-5s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
                s->dims_text, (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16,bf16" : "fp16",
-               s->writes_lse ? "yes" : "no", s->run ? "yes" : "no (nvcc)", s->idea);
+               s->writes_lse ? "yes" : "no", ok ? "yes" : "no", s->idea);
+        unavailable += !ok;
     }
+    if (unavailable) printf("\nnot runnable here:\n");
+    for (int i = 0; i < attn_num_stages; i++)
+        if (attn_stage_available(&attn_stages[i]) != ATTN_OK) printf("  %s\n", attn_last_error());
 }
 
 static int dir_writable(const char *dir) {
@@ -294,14 +300,8 @@ int main(int argc, char **argv) {
         if (load_dir) attn_inputs_free(&in);
         return EXIT_USAGE;
     }
-    if (s->on_gpu && !s->run) {
-        fprintf(stderr, "attn: stage %s runs on the GPU, but this build has no CUDA (nvcc was not "
-                        "found when it was built)\n", s->id);
-        if (load_dir) attn_inputs_free(&in);
-        return EXIT_FAIL;
-    }
-    if (s->on_gpu && attn_gpu_available() != ATTN_OK) {
-        fprintf(stderr, "attn: stage %s runs on the GPU: %s\n", s->id, attn_last_error());
+    if (attn_stage_available(s) != ATTN_OK) {
+        fprintf(stderr, "attn: %s\n", attn_last_error());
         if (load_dir) attn_inputs_free(&in);
         return EXIT_FAIL;
     }

@@ -25,6 +25,12 @@ attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_
                      "(nvcc was not found when it was built)", s->id);
 }
 
+attn_status attn_stage_available(const attn_stage *s) {
+    if (!s->on_gpu && s->run) return ATTN_OK;
+    return attn_fail(ATTN_ENODEV, "stage %s was not built: it runs on the GPU (%s), and nvcc was not "
+                     "found when this was built", s->id, s->arch_text);
+}
+
 #else
 
 #include <cuda_runtime_api.h>
@@ -40,6 +46,32 @@ attn_status attn_gpu_available(void) {
     if (e != cudaSuccess)
         return attn_fail(ATTN_ENODEV, "no usable GPU: %s", cudaGetErrorString(e));
     if (n < 1) return attn_fail(ATTN_ENODEV, "no usable GPU: no CUDA device found");
+    return ATTN_OK;
+}
+
+/* 10 * major + minor of the current device, or -1 */
+static int gpu_sm(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 10 * major + minor;
+}
+
+attn_status attn_stage_available(const attn_stage *s) {
+    if (!s->run)
+        return attn_fail(ATTN_ENODEV, "stage %s was not built: nvcc was not found when this was built", s->id);
+    if (!s->on_gpu) return ATTN_OK;
+    if (attn_gpu_available() != ATTN_OK)
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
+    const int sm = gpu_sm();
+    if (sm < 0) return attn_fail(ATTN_ENODEV, "stage %s: cannot read the GPU's compute capability", s->id);
+    if ((s->min_sm && sm < s->min_sm) || (s->max_sm && sm > s->max_sm))
+        return attn_fail(ATTN_ENODEV, "stage %s needs %s; this GPU (%s) is sm_%d", s->id, s->arch_text,
+                         attn_gpu_name(), sm);
     return ATTN_OK;
 }
 

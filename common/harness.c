@@ -222,9 +222,7 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
     if ((st = attn_stage_supports(s, p)) != ATTN_OK) return st;
-    if (!s->run)
-        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU, but this build has no CUDA "
-                         "(nvcc was not found when it was built)", s->id);
+    if ((st = attn_stage_available(s)) != ATTN_OK) return st;
     if (opt->repeat < 0 || opt->warmup < 0)
         return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;

@@ -26,29 +26,35 @@
 static int dims_any(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
 static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
 
+/* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
+ * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
+#define CPU_ONLY 0, 0, 0, "the CPU"
+#define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)"
+#define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)"
+
 #define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
 #define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
 
 const attn_stage attn_stages[] = {
     {"01", "01_naive_cpu", "naive_cpu",
      "the OpenMP CPU reference in double: S = QK^T*scale, mask, softmax, O = PV, LSE",
-     0, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
+     CPU_ONLY, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
     {"02", "02_naive_gpu", "naive_gpu",
      "the same on the GPU, materialising the N x N scores in device memory",
-     1, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
+     SM80_UP, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
      "the N x N scores", GPU_RUN(stage02_run)},
     {"03", "03_tiled", "tiled",
      "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV",
-     1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
     {"04", "04_online_softmax", "online_softmax",
      "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l",
-     1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
     {"05", "05_causal_bands", "causal_bands",
      "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
-     1, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: tensor cores, P kept in registers, cp.async double buffering, swizzled smem, LSE",
-     1, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
+     SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 

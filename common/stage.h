@@ -33,6 +33,11 @@ typedef struct {
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */
     int on_gpu;
+    /* GPU stages: the compute capabilities whose machine code the stage carries, as 10*major+minor.
+     * min_sm 80 runs on sm_80 and newer; max_sm 90 with min_sm 90 is sm_90 only (wgmma and setmaxnreg
+     * exist in sm_90a code, which no other GPU runs). 0 = no bound. arch_text says it for messages. */
+    int min_sm, max_sm;
+    const char *arch_text; /* "sm_80 or newer (A100, RTX 30/40, H100, H200)" */
     int writes_lse;
     unsigned dtypes;        /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
     const char *dims_text;  /* the head dims it takes, for messages and --list: "1..256" */
@@ -56,6 +61,11 @@ extern const int attn_num_test_dims;
 const attn_stage *attn_find_stage(const char *key);
 /* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);
+/* ATTN_OK when stage s can run here: built, and (GPU stages) a GPU is present whose compute
+ * capability the stage supports. Otherwise ATTN_ENODEV with the reason, naming the stage, what it
+ * needs and what this machine has: "stage 07 needs sm_90 (H100, H200); this GPU (NVIDIA A100-SXM4-80GB)
+ * is sm_80". The front end exits 1 on it, the tests skip with it, the bench rows carry it. */
+attn_status attn_stage_available(const attn_stage *s);
 /* 1 when the GPU stages were compiled into this build. */
 int attn_built_with_cuda(void);
 

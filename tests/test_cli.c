@@ -80,7 +80,7 @@ Test(cli, help_and_list) {
 
 Test(cli, gpu_stage_runs_or_says_why_not) {
     const attn_stage *s = attn_find_stage("02");
-    if (s->run && attn_gpu_available() == ATTN_OK) {
+    if (attn_stage_available(s) == ATTN_OK) {
         /* a GPU is here: the GPU stage runs and passes from the front end */
         cr_assert_eq(attn("--stage 02 --batch 2 --heads 3 --seq 77 --dim 40 --causal --check"), 0, "%s", out);
         cr_assert(strstr(out, "PASS") && strstr(out, "TFLOP/s"), "%s", out);

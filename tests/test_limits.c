@@ -18,7 +18,7 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
     cr_assert_eq(attn_inputs_random(&in, p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        if (!s->on_gpu || !s->run || attn_stage_supports(s, p) != ATTN_OK) continue;
+        if (!s->on_gpu || attn_stage_available(s) != ATTN_OK || attn_stage_supports(s, p) != ATTN_OK) continue;
         attn_run_opts opt = attn_run_opts_default();
         opt.warmup = 0, opt.repeat = 1, opt.check = 1, opt.full_heads = full_heads, opt.check_rows = extra_rows;
         attn_result r;
@@ -62,7 +62,7 @@ Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
     const uint16_t bad[3] = {0x7e00 /* NaN */, 0x7c00 /* +inf */, 0xfc00 /* -inf */};
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        if (!s->run || (s->on_gpu && attn_gpu_available() != ATTN_OK)) continue;
+        if (attn_stage_available(s) != ATTN_OK) continue;
         for (int which = 0; which < 3; which++)
             for (int t = 0; t < 3; t++) {
                 attn_inputs in;

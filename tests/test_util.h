@@ -19,9 +19,7 @@ static inline const char *attn_bin(void) {
 /* Skips the current test, with the reason, when stage s cannot run here. Returns only if it can. */
 #define SKIP_UNLESS_RUNNABLE(s)                                                                     \
     do {                                                                                            \
-        if (!(s)->run) cr_skip_test("stage %s not built: no nvcc when this was built", (s)->id);    \
-        if ((s)->on_gpu && attn_gpu_available() != ATTN_OK)                                        \
-            cr_skip_test("stage %s needs a GPU: %s", (s)->id, attn_last_error());                 \
+        if (attn_stage_available(s) != ATTN_OK) cr_skip_test("%s", attn_last_error());             \
     } while (0)
 
 /* Runs a shell command, captures stdout+stderr (up to cap bytes) and returns the exit status
