@@ -47,6 +47,8 @@ NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 else
 NVCC_ARCH := -gencode arch=compute_$(subst sm_,,$(ARCH)),code=$(ARCH)
 endif
+# The Hopper stages (07 on: wgmma, setmaxnreg) are sm_90a code; their folders' .mk fragments select it.
+NVCC_ARCH_SM90A := -gencode arch=compute_90a,code=sm_90a
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
 NVCCFLAGS_ALL = $(NVCCFLAGS) $(NVCC_ARCH) -Icommon -I. -DATTN_HAVE_CUDA=1 -Xcompiler -Wall
 CFLAGS_BASE += -DATTN_HAVE_CUDA=1 -I$(CUDA_HOME)/include

@@ -15,6 +15,7 @@
 #include "04_online_softmax/online_softmax.h"
 #include "05_causal_bands/causal_bands.h"
 #include "06_fa2_full/stage06.h"
+#include "07_tma_wgmma/stage07.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -25,6 +26,7 @@
 /* The head dims each family of kernels takes. Plain C, so that a build without CUDA still answers. */
 static int dims_any(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
 static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
+static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
 /* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
  * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
@@ -55,6 +57,9 @@ const attn_stage attn_stages[] = {
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: tensor cores, P kept in registers, cp.async double buffering, swizzled smem, LSE",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
+    {"07", "07_tma_wgmma", "tma_wgmma",
+     "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from registers",
+     SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage07_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 

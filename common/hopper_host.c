@@ -1,0 +1,53 @@
+/*
+ * hopper_host.c: tensor maps and the shared-memory opt-in for the Hopper stages (hopper_host.h).
+ */
+#ifdef ATTN_HAVE_CUDA
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+
+#include "cuda_check.h"
+#include "hopper_host.h"
+
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
+static cudaError_t encode_lookup_err;
+static pthread_once_t encode_once = PTHREAD_ONCE_INIT;
+
+static void look_up_encode(void) {
+    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+    encode_lookup_err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    if (encode_lookup_err == cudaSuccess && found == cudaDriverEntryPointSuccess)
+        encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+}
+
+attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d, int box_rows) {
+    pthread_once(&encode_once, look_up_encode);
+    if (!encode_tiled)
+        return attn_fail(ATTN_ENODEV, "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer): %s",
+                         cudaGetErrorString(encode_lookup_err));
+    /* dims innermost first: columns, rows of a head, heads; strides in bytes for dims 1 and 2 */
+    const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)n, (cuuint64_t)bh};
+    const cuuint64_t strides[2] = {(cuuint64_t)d * 2, (cuuint64_t)(n * d * 2)};
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint32_t unit[3] = {1, 1, 1};
+    CUresult r = encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, (void *)base, dims, strides, box, unit,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return attn_fail(ATTN_EINVAL, "cuTensorMapEncodeTiled refused a [%lld, %lld, %lld] tensor with a 64 x %d "
+                         "box (CUresult %d)", (long long)bh, (long long)n, (long long)d, box_rows, (int)r);
+    return ATTN_OK;
+}
+
+/* Set on every launch rather than cached: the call costs about a microsecond on the host, and a cache
+ * goes stale after cudaDeviceReset (the attribute is lost, the cache would still say "done"). */
+attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (e != cudaSuccess)
+        return attn_fail(attn_cuda_status(e), "%s: asking for %d bytes of shared memory per block failed: %s", what,
+                         smem_bytes, cudaGetErrorString(e));
+    return ATTN_OK;
+}
+#endif

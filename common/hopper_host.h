@@ -1,0 +1,35 @@
+/*
+ * hopper_host.h: the host half of the Hopper stages (07-09): tensor maps for the bulk tensor copy
+ * engine, and the launch bookkeeping those stages share. CUDA builds only.
+ *
+ * A tensor map describes one [B, H, N, D] tensor to the copy engine as a 3-D array (D columns, N rows,
+ * B*H heads) and the box it copies (64 columns x box_rows rows x 1 head, 128-byte swizzle). Rows past
+ * N of a head are outside the array, so a box that reaches past a head's end is filled with zeros
+ * instead of the next head's rows. cuTensorMapEncodeTiled is a driver function; it is looked up at
+ * run time through the runtime (cudaGetDriverEntryPointByVersion), so nothing links -lcuda and the
+ * static build still runs on machines without a driver.
+ */
+#ifndef ATTN_HOPPER_HOST_H
+#define ATTN_HOPPER_HOST_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "attn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box
+ * of 64 columns x box_rows rows. ATTN_ENODEV when the driver lacks the function, ATTN_EINVAL when the
+ * driver refuses the shape (the message names the shape). */
+attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d, int box_rows);
+
+/* The kernel's shared memory opt-in (> 48 KB), set before each launch. */
+attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
