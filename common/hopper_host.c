@@ -4,6 +4,8 @@
 #ifdef ATTN_HAVE_CUDA
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 
 #include "cuda_check.h"
@@ -38,6 +40,27 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
     if (r != CUDA_SUCCESS)
         return attn_fail(ATTN_EINVAL, "cuTensorMapEncodeTiled refused a [%lld, %lld, %lld] tensor with a 64 x %d "
                          "box (CUresult %d)", (long long)bh, (long long)n, (long long)d, box_rows, (int)r);
+    return ATTN_OK;
+}
+
+attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc,
+                           const char *id) {
+    if (p->N > ((int64_t)1 << 30)) return attn_fail(ATTN_EUNSUPPORTED, "stage %s: N must be at most 2^30", id);
+    const int64_t bh = p->B * p->H;
+    if (bh > (int64_t)HOP_GRID_YZ * HOP_GRID_YZ)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: B*H must be at most 65535^2", id);
+    if (p->D % 64 != 0) return attn_fail(ATTN_EUNSUPPORTED, "stage %s: head dim must be a multiple of 64", id);
+    attn_status st;
+    if ((st = hop_tensor_map(&kp->q_map, a->q, bh, p->N, p->D, br)) != ATTN_OK ||
+        (st = hop_tensor_map(&kp->k_map, a->k, bh, p->N, p->D, bc)) != ATTN_OK ||
+        (st = hop_tensor_map(&kp->v_map, a->v, bh, p->N, p->D, bc)) != ATTN_OK)
+        return st;
+    kp->o = (uint16_t *)a->o;
+    kp->lse = a->lse;
+    kp->bh = bh;
+    kp->n = (int)p->N;
+    kp->scale_log2 = fmaxf(fabsf(p->scale) * 1.4426950408889634f, FLT_MIN);
+    kp->negate_q = p->scale < 0.f;
     return ATTN_OK;
 }
 

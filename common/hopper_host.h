@@ -16,10 +16,32 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "stage.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The kernel parameters every Hopper stage takes (passed by value as a __grid_constant__ parameter:
+ * the tensor maps must live in parameter or constant memory for the copy engine to read them). */
+typedef struct {
+    CUtensorMap q_map, k_map, v_map; /* boxes of 64 columns x Br rows (Q) or Bc rows (K, V) */
+    uint16_t *o;                     /* [B, H, N, D] */
+    float *lse;                      /* [B, H, N] */
+    int64_t bh;                      /* B*H */
+    int n;                           /* N */
+    float scale_log2;                /* |scale| * log2(e), at least FLT_MIN: the one multiplier of exp2 */
+    int negate_q;                    /* scale < 0: S = (-Q) K^T (wgmma negates A), and |scale| */
+} hop_attn_params;
+
+/* The largest grid.y and grid.z: B*H is spread over both. */
+#define HOP_GRID_YZ 65535
+
+/* Checks the problem's limits for stage `id` (N <= 2^30, B*H <= 65535^2, D a multiple of 64) and fills
+ * *kp: tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06
+ * takes it (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
+attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc,
+                           const char *id);
 
 /* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box
  * of 64 columns x box_rows rows. ATTN_ENODEV when the driver lacks the function, ATTN_EINVAL when the

@@ -16,6 +16,8 @@
 #include "05_causal_bands/causal_bands.h"
 #include "06_fa2_full/stage06.h"
 #include "07_tma_wgmma/stage07.h"
+#include "08_warp_specialized/stage08.h"
+#include "09_overlap/stage09.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -60,6 +62,12 @@ const attn_stage attn_stages[] = {
     {"07", "07_tma_wgmma", "tma_wgmma",
      "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from registers",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage07_run)},
+    {"08", "08_warp_specialized", "warp_specialized",
+     "warp specialization: a producer warp only issues TMA into a K/V ring, consumer warpgroups only compute",
+     SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage08_run)},
+    {"09", "09_overlap", "overlap",
+     "softmax under the tensor cores: two consumer warpgroups ping-pong their GEMMs, softmax j runs under P V of j-1",
+     SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage09_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 

@@ -1,0 +1,198 @@
+/*
+ * 08_warp_specialized/warp_specialized.cu: stage 08, producer and consumer warps.
+ *
+ * What this stage adds. Stage 07 loads and computes with the same threads: after each key tile all
+ * 256 threads meet at __syncthreads so that thread 0 may refill the buffer they just read, and a
+ * warpgroup that finishes its tile early waits there for the other. Here the roles split:
+ *   - a producer warpgroup (128 threads, one of which works) only issues TMA copies: Q once, then K_j
+ *     and V_j into a ring of stages, each buffer guarded by a "full" mbarrier (the copy engine has
+ *     written it) and an "empty" one (every consumer thread has finished reading it);
+ *   - two consumer warpgroups (64 query rows each) only compute: wait "full", multiply, arrive on
+ *     "empty". K_j's buffer is released as soon as S = Q K^T has finished, V_j's after O += P V, so the
+ *     next K can land while this tile's softmax runs.
+ * No __syncthreads in the key loop: each consumer runs ahead as far as the ring allows, and the two
+ * drift apart, so one's softmax often runs while the other's wgmma does (stage 09 schedules that on
+ * purpose). setmaxnreg moves registers to where the work is: the block starts with 65536 / 384 = 168
+ * per thread; the producer drops to 24, the consumers rise to 240 (128 x 24 + 256 x 240 = 64512).
+ * Changed versus stage 07: 384 threads instead of 256; the refill moved from the end of the consumer's
+ * tile to the producer's loop; full/empty barrier pairs instead of full barriers and __syncthreads; the
+ * ring is deeper where shared memory allows (D = 64: 4 stages).
+ *
+ * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
+ *
+ * Run it:    build/attn --stage 08 --batch 4 --heads 32 --seq 4096 --dim 128 --check
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "hopper_attn.cuh"
+#include "stage08.h"
+
+/*
+ * ---- tiles ----------------------------------------------------------------------------------------
+ *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of 240)
+ *   64    128 x 128   2             4        16 + 4 x (16 + 16) = 144 KB   64 +  32 + 32
+ *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32
+ *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16
+ * Warpgroup 0 is the producer; warpgroups 1 and 2 own rows 0..63 and 64..127 of the Q tile.
+ */
+static constexpr int BR = 128, THREADS = 384, CONSUMERS = 256;
+static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 128; }
+static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
+/* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
+static __host__ __device__ constexpr int smem_bytes(int d) {
+    return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 4 * stages_for(d)) +
+           1024;
+}
+
+/* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
+typedef struct {
+    uint32_t q, k, v;                  /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t q_full, k_full, v_full;   /* written by the copy engine; buffer s's at + 8 s */
+    uint32_t k_empty, v_empty;         /* read by every consumer thread */
+} smem_layout;
+
+template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
+    constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
+    smem_layout s;
+    s.q = base;
+    s.k = s.q + hop_tile_bytes(BR, D);
+    s.v = s.k + S * KV;
+    s.q_full = s.v + S * KV;
+    s.k_full = s.q_full + 8;
+    s.v_full = s.k_full + 8 * S;
+    s.k_empty = s.v_full + 8 * S;
+    s.v_empty = s.k_empty + 8 * S;
+    return s;
+}
+
+/*
+ * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
+ * order. Use u of buffer b (the u-th time it is filled) first waits until the consumers have released
+ * use u-1: the empty barrier's phase u-1 has completed, parity (u - 1) & 1.
+ */
+template <int D>
+static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0, int j0,
+                                               int n_tiles, int bh) {
+    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int buf = it % S, use = it / S, j = j0 - it;
+        if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (uint32_t)((use - 1) & 1));
+        hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
+        if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (uint32_t)((use - 1) & 1));
+        hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
+    }
+}
+
+/*
+ * One key tile for one consumer warpgroup: wait for K_j, S = Q K^T, release K_j, mask (MASK tiles only),
+ * online softmax, O *= alpha, wait for V_j, O += P V, release V_j. As in stage 07 each wgmma batch is
+ * waited for at once; what is gone is the block-wide barrier.
+ */
+template <int BF16, int D, int CAUSAL, int MASK>
+static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm, hop_rows<D> *r,
+                                                int it, int j, int wg, int row0) {
+    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    const int buf = it % S;
+    const uint32_t parity = (uint32_t)((it / S) & 1);
+    float s[BC / 2], alpha[2];
+    uint32_t pf[BC / 16][4];
+
+    hop_mbar_wait(sm->k_full + 8 * buf, parity);
+    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_wgmma_wait<0>();
+    hop_settle(s);
+    hop_mbar_arrive(sm->k_empty + 8 * buf);
+    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
+    hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
+    hop_pack_p<BF16, BC>(s, pf);
+    hop_rescale_o<D>(r->o, alpha);
+    hop_mbar_wait(sm->v_full + 8 * buf, parity);
+    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + buf * KV);
+    hop_wgmma_wait<0>();
+    hop_settle(r->o);
+    hop_mbar_arrive(sm->v_empty + 8 * buf);
+}
+
+/* A consumer warpgroup's whole row block: the masked tiles first, then the plain ones, then O and LSE. */
+template <int BF16, int D, int CAUSAL>
+static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, hop_key_range kr,
+                                               int wg, int q0, int64_t bh) {
+    hop_rows<D> r;
+    hop_rows_init<D>(&r);
+    const int row0 = q0 + hop_thread_row(wg);
+    hop_mbar_wait(sm->q_full, 0);
+    int it = 0, j = kr.n_tiles - 1;
+    for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, CAUSAL, 1>(p, sm, &r, it, j, wg, row0);
+    for (; j >= 0; --j, ++it) key_tile<BF16, D, CAUSAL, 0>(p, sm, &r, it, j, wg, row0);
+    hop_store_o_lse<BF16, D>(p, &r, bh, row0);
+}
+
+extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+template <int BF16, int D, int CAUSAL>
+__global__ void __launch_bounds__(THREADS, 1) warp_specialized_kernel(const __grid_constant__ hop_attn_params p) {
+    constexpr int BC = bc_for(D), S = stages_for(D);
+    int mb;
+    const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
+    if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
+    const int q0 = mb * BR;
+    const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
+    const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p.n);
+
+    if (threadIdx.x == 0) {
+        hop_mbar_init(sm.q_full, 1);
+        for (int s = 0; s < S; ++s) {
+            hop_mbar_init(sm.k_full + 8 * s, 1);
+            hop_mbar_init(sm.v_full + 8 * s, 1);
+            hop_mbar_init(sm.k_empty + 8 * s, CONSUMERS);
+            hop_mbar_init(sm.v_empty + 8 * s, CONSUMERS);
+        }
+        hop_fence_barrier_init();
+    }
+    __syncthreads();
+    const int wg = (int)(threadIdx.x >> 7);
+    if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
+        hop_regs_release<PRODUCER_REGS>();
+        if (threadIdx.x == 0) produce<D>(&p, &sm, q0, kr.n_tiles - 1, kr.n_tiles, (int)bh);
+    } else {
+        hop_regs_claim<CONSUMER_REGS>();
+        consume<BF16, D, CAUSAL>(&p, &sm, kr, wg - 1, q0, bh);
+    }
+}
+
+/* ---- host side ----------------------------------------------------------------------------------- */
+
+template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+    void (*kern)(const hop_attn_params) = warp_specialized_kernel<BF16, D, CAUSAL>;
+    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 08");
+    if (st != ATTN_OK) return st;
+    dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
+              (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
+    kern<<<grid, THREADS, (size_t)smem_bytes(D), stream>>>(*kp);
+    ATTN_CUDA_LAUNCHED("stage 08 kernel (warp_specialized_kernel)");
+    return ATTN_OK;
+}
+
+template <int BF16, int CAUSAL> static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
+    switch (D) {
+    case 64: return launch<BF16, 64, CAUSAL>(kp, s);
+    case 128: return launch<BF16, 128, CAUSAL>(kp, s);
+    case 256: return launch<BF16, 256, CAUSAL>(kp, s);
+    }
+    return attn_fail(ATTN_EUNSUPPORTED, "stage 08 supports head dim 64, 128, 256 (got %lld)", (long long)D);
+}
+
+extern "C" attn_status stage08_run(const attn_problem *pr, const attn_args *a) {
+    hop_attn_params kp;
+    attn_status st = hop_attn_setup(&kp, pr, a, BR, bc_for((int)pr->D), "08");
+    if (st != ATTN_OK) return st;
+    const cudaStream_t s = (cudaStream_t)a->stream;
+    if (pr->dtype == ATTN_BF16)
+        return pr->causal ? dispatch_d<1, 1>(pr->D, &kp, s) : dispatch_d<1, 0>(pr->D, &kp, s);
+    return pr->causal ? dispatch_d<0, 1>(pr->D, &kp, s) : dispatch_d<0, 0>(pr->D, &kp, s);
+}

@@ -1,0 +1,261 @@
+/*
+ * 09_overlap/overlap.cu: stage 09, the softmax overlapped with the tensor cores.
+ *
+ * What this stage adds. In stage 08 a consumer warpgroup waits for every wgmma it issues: while it
+ * computes exp2 (the special-function unit runs 16 per SM cycle against the tensor cores' 1024
+ * multiply-adds per cycle: at D = 64 the exponentials of a tile cost about as long as its two GEMMs)
+ * the tensor cores have nothing of its to do. Two schedules hide that work:
+ *   1. Ping-pong between the two consumer warpgroups. Named barriers (ids 1 and 2) hand a token back
+ *      and forth: a warpgroup issues its GEMMs only while it holds the token, then passes it, so the
+ *      GEMMs of one run while the other does its softmax:
+ *          WG 1:  [GEMMs j] softmax j ......... [GEMMs j+1] softmax j+1 ...
+ *          WG 2:  ......... [GEMMs j] softmax j ............ [GEMMs j+1] ...
+ *   2. Inside a warpgroup, the softmax of tile j runs under O += P_(j-1) V_(j-1): each window issues
+ *      S_j = Q K_j^T, rescales O by alpha_(j-1) while S_j runs, and issues the previous tile's P V; it
+ *      waits only for S_j (wgmma.wait_group 1) and computes softmax j while P V runs:
+ *          window j:  S_j = Q K_j^T;  O = alpha_(j-1) O;  O += P_(j-1) V_(j-1)
+ *          then:      softmax j -> P_j, alpha_j      (under P V)
+ *      so O always waits for exactly one alpha, applied just before the next P V is added.
+ * Changed versus stage 08: the key loop became a software pipeline (a prologue computing S_0 and its
+ * softmax, steps issuing S_j with P_(j-1) V_(j-1), an epilogue issuing the last P V); the GEMM issue is
+ * bracketed by the ping-pong barriers.
+ *
+ * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
+ *
+ * Run it:    build/attn --stage 09 --batch 4 --heads 32 --seq 4096 --dim 128 --check
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "hopper_attn.cuh"
+#include "stage09.h"
+
+/*
+ * ---- tiles ----------------------------------------------------------------------------------------
+ *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of 240)
+ *   64    128 x 128   2             4        16 + 4 x (16 + 16) = 144 KB   64 +  32 + 32
+ *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32
+ *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16
+ * Warpgroup 0 is the producer; warpgroups 1 and 2 own rows 0..63 and 64..127 of the Q tile.
+ */
+static constexpr int BR = 128, THREADS = 384, CONSUMERS = 256;
+static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 128; }
+static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
+/* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
+static __host__ __device__ constexpr int smem_bytes(int d) {
+    return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 4 * stages_for(d)) +
+           1024;
+}
+
+/* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
+typedef struct {
+    uint32_t q, k, v;                  /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t q_full, k_full, v_full;   /* written by the copy engine; buffer s's at + 8 s */
+    uint32_t k_empty, v_empty;         /* read by every consumer thread */
+} smem_layout;
+
+template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
+    constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
+    smem_layout s;
+    s.q = base;
+    s.k = s.q + hop_tile_bytes(BR, D);
+    s.v = s.k + S * KV;
+    s.q_full = s.v + S * KV;
+    s.k_full = s.q_full + 8;
+    s.v_full = s.k_full + 8 * S;
+    s.k_empty = s.v_full + 8 * S;
+    s.v_empty = s.k_empty + 8 * S;
+    return s;
+}
+
+/*
+ * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
+ * order. Use u of buffer b (the u-th time it is filled) first waits until the consumers have released
+ * use u-1: the empty barrier's phase u-1 has completed, parity (u - 1) & 1.
+ */
+template <int D>
+static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0, int j0,
+                                               int n_tiles, int bh) {
+    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int buf = it % S, use = it / S, j = j0 - it;
+        if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (uint32_t)((use - 1) & 1));
+        hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
+        if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (uint32_t)((use - 1) & 1));
+        hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
+    }
+}
+
+/*
+ * The ping-pong token: warpgroup wg may issue GEMMs after bar.sync on its barrier, which completes
+ * when the other warpgroup has arrived there (256 threads in all); then it arrives on the other's.
+ * Warpgroup 1 starts by arriving on warpgroup 0's barrier, so 0 goes first; it skips its last
+ * hand-back, which nobody would take.
+ */
+static constexpr int PINGPONG_BAR = 1;
+static __device__ __forceinline__ void gemm_window_open(int wg) { hop_bar_sync(PINGPONG_BAR + wg, CONSUMERS); }
+static __device__ __forceinline__ void gemm_window_close(int wg, int last) {
+    if (!(last && wg == 1)) hop_bar_arrive(PINGPONG_BAR + (wg ^ 1), CONSUMERS);
+}
+
+/* What one step hands to the next: P of the tile just computed, and the alpha that O must be scaled by
+ * before P V is added to it. */
+template <int BC> struct pending_pv {
+    uint32_t p[BC / 16][4];
+    float alpha[2];
+};
+
+/* First tile: S_0 = Q K_0^T in its own window, waited for, then its softmax (O is 0: alpha_0 scales 0). */
+template <int BF16, int D, int CAUSAL, int MASK>
+static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *p, const smem_layout *sm,
+                                                         hop_rows<D> *r, pending_pv<bc_for(D)> *pv, int j, int wg,
+                                                         int row0) {
+    constexpr int BC = bc_for(D);
+    float s[BC / 2];
+    hop_mbar_wait(sm->k_full, 0);
+    gemm_window_open(wg);
+    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k, p->negate_q);
+    gemm_window_close(wg, 0);
+    hop_wgmma_wait<0>();
+    hop_settle(s);
+    hop_mbar_arrive(sm->k_empty);
+    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
+    hop_online_softmax<BC>(s, r->m, r->l, pv->alpha, p->scale_log2);
+    hop_pack_p<BF16, BC>(s, pv->p);
+}
+
+/*
+ * Step it (tile j, it >= 1). In one window: issue S_j; O *= alpha_(j-1) (its wgmma has finished; the
+ * multiplies run under S_j); issue O += P_(j-1) V_(j-1). Then wait for S_j only, release K_j, mask,
+ * softmax j while P V runs; wait for P V, release V_(j-1), and only then pack P_j into the registers
+ * P V has finished reading: one P buffer, no register read by a wgmma in flight is rewritten.
+ */
+template <int BF16, int D, int CAUSAL, int MASK>
+static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, const smem_layout *sm, hop_rows<D> *r,
+                                                     pending_pv<bc_for(D)> *pv, int it, int j, int wg, int row0) {
+    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    const int buf = it % S, prev = (it - 1) % S;
+    float s[BC / 2];
+    hop_mbar_wait(sm->k_full + 8 * buf, (uint32_t)((it / S) & 1));
+    gemm_window_open(wg);
+    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_rescale_o<D>(r->o, pv->alpha);
+    hop_mbar_wait(sm->v_full + 8 * prev, (uint32_t)(((it - 1) / S) & 1));
+    hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
+    gemm_window_close(wg, 0);
+    hop_wgmma_wait<1>(); /* S_j done, P V may still run */
+    hop_settle(s);
+    hop_mbar_arrive(sm->k_empty + 8 * buf);
+    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
+    hop_online_softmax<BC>(s, r->m, r->l, pv->alpha, p->scale_log2);
+    hop_wgmma_wait<0>();
+    hop_settle(r->o);
+    hop_mbar_arrive(sm->v_empty + 8 * prev);
+    hop_pack_p<BF16, BC>(s, pv->p);
+}
+
+/* The last P V, in the warpgroup's last window. */
+template <int BF16, int D>
+static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, hop_rows<D> *r,
+                                                         const pending_pv<bc_for(D)> *pv, int it, int wg) {
+    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    const int prev = (it - 1) % S;
+    hop_rescale_o<D>(r->o, pv->alpha);
+    hop_mbar_wait(sm->v_full + 8 * prev, (uint32_t)(((it - 1) / S) & 1));
+    gemm_window_open(wg);
+    hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
+    gemm_window_close(wg, 1);
+    hop_wgmma_wait<0>();
+    hop_settle(r->o);
+    hop_mbar_arrive(sm->v_empty + 8 * prev);
+}
+
+/* A consumer warpgroup's whole row block: the masked tiles first, then the plain ones, then O and LSE. */
+template <int BF16, int D, int CAUSAL>
+static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, hop_key_range kr,
+                                               int wg, int q0, int64_t bh) {
+    hop_rows<D> r;
+    hop_rows_init<D>(&r);
+    pending_pv<bc_for(D)> pv;
+    const int row0 = q0 + hop_thread_row(wg);
+    if (wg == 1) hop_bar_arrive(PINGPONG_BAR + 0, CONSUMERS); /* warpgroup 0 takes the first window */
+    hop_mbar_wait(sm->q_full, 0);
+    int j = kr.n_tiles - 1, it = 1;
+    if (j >= kr.n_plain)
+        pipeline_prologue<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, j, wg, row0);
+    else
+        pipeline_prologue<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, j, wg, row0);
+    for (--j; j >= kr.n_plain; --j, ++it) pipeline_step<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+    for (; j >= 0; --j, ++it) pipeline_step<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
+    pipeline_epilogue<BF16, D>(sm, &r, &pv, it, wg);
+    hop_store_o_lse<BF16, D>(p, &r, bh, row0);
+}
+
+extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+template <int BF16, int D, int CAUSAL>
+__global__ void __launch_bounds__(THREADS, 1) overlap_kernel(const __grid_constant__ hop_attn_params p) {
+    constexpr int BC = bc_for(D), S = stages_for(D);
+    int mb;
+    const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
+    if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
+    const int q0 = mb * BR;
+    const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
+    const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p.n);
+
+    if (threadIdx.x == 0) {
+        hop_mbar_init(sm.q_full, 1);
+        for (int s = 0; s < S; ++s) {
+            hop_mbar_init(sm.k_full + 8 * s, 1);
+            hop_mbar_init(sm.v_full + 8 * s, 1);
+            hop_mbar_init(sm.k_empty + 8 * s, CONSUMERS);
+            hop_mbar_init(sm.v_empty + 8 * s, CONSUMERS);
+        }
+        hop_fence_barrier_init();
+    }
+    __syncthreads();
+    const int wg = (int)(threadIdx.x >> 7);
+    if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
+        hop_regs_release<PRODUCER_REGS>();
+        if (threadIdx.x == 0) produce<D>(&p, &sm, q0, kr.n_tiles - 1, kr.n_tiles, (int)bh);
+    } else {
+        hop_regs_claim<CONSUMER_REGS>();
+        consume<BF16, D, CAUSAL>(&p, &sm, kr, wg - 1, q0, bh);
+    }
+}
+
+/* ---- host side ----------------------------------------------------------------------------------- */
+
+template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, CAUSAL>;
+    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 09");
+    if (st != ATTN_OK) return st;
+    dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
+              (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
+    kern<<<grid, THREADS, (size_t)smem_bytes(D), stream>>>(*kp);
+    ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
+    return ATTN_OK;
+}
+
+template <int BF16, int CAUSAL> static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
+    switch (D) {
+    case 64: return launch<BF16, 64, CAUSAL>(kp, s);
+    case 128: return launch<BF16, 128, CAUSAL>(kp, s);
+    case 256: return launch<BF16, 256, CAUSAL>(kp, s);
+    }
+    return attn_fail(ATTN_EUNSUPPORTED, "stage 09 supports head dim 64, 128, 256 (got %lld)", (long long)D);
+}
+
+extern "C" attn_status stage09_run(const attn_problem *pr, const attn_args *a) {
+    hop_attn_params kp;
+    attn_status st = hop_attn_setup(&kp, pr, a, BR, bc_for((int)pr->D), "09");
+    if (st != ATTN_OK) return st;
+    const cudaStream_t s = (cudaStream_t)a->stream;
+    if (pr->dtype == ATTN_BF16)
+        return pr->causal ? dispatch_d<1, 1>(pr->D, &kp, s) : dispatch_d<1, 0>(pr->D, &kp, s);
+    return pr->causal ? dispatch_d<0, 1>(pr->D, &kp, s) : dispatch_d<0, 0>(pr->D, &kp, s);
+}

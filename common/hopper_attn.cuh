@@ -1,0 +1,227 @@
+/*
+ * hopper_attn.cuh: the steps of FlashAttention-2's inner loop on Hopper's registers, shared by stages
+ * 07-09. Each stage arranges them differently (07: the same threads load and compute; 08: a producer
+ * warp loads, consumer warpgroups compute; 09: the consumers overlap softmax with the tensor cores);
+ * the steps themselves are the same, so they live here once.
+ *
+ * One warpgroup (128 threads, 4 warps) owns 64 query rows. In the wgmma accumulator layout a thread
+ * (warp w of its warpgroup, lane 4g + t) holds rows 16w + g and 16w + g + 8, and of every 8 columns
+ * the pair 2t, 2t + 1:   acc[4c + 2h + e] = row 16w + g + 8h, column 8c + 2t + e.
+ * A row's max and sum are finished inside the quad of 4 lanes (2 shuffles), as in stage 06.
+ *
+ * Tiles in shared memory: a tile of R rows x D columns is D/64 regions of R rows x 128 bytes, each
+ * written by one TMA box in the 128-byte swizzle; regions start 1024-byte aligned.
+ */
+#ifndef ATTN_HOPPER_ATTN_CUH
+#define ATTN_HOPPER_ATTN_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include "hopper.cuh"
+#include "hopper_host.h"
+
+#define HOP_LN2 0.69314718055994531f
+
+static __host__ __device__ constexpr int hop_tile_bytes(int rows, int d) { return rows * d * 2; }
+
+/* Which head and which row tile this block computes. Grid (Tr, min(B*H, 65535), ceil(B*H / 65535)): the
+ * row tiles of a head run together (its K and V stay in L2); causal heads run from the last row tile
+ * (the most key tiles) to the first, so the light tiles end the grid. Returns -1 past B*H. */
+template <int CAUSAL> static __device__ __forceinline__ int64_t hop_block_head(const hop_attn_params *p, int *mb) {
+    const int64_t bh = (int64_t)blockIdx.z * gridDim.y + blockIdx.y;
+    *mb = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    return bh < p->bh ? bh : -1;
+}
+
+/* The key tiles a row tile q0 .. q0 + Br - 1 visits, as in stage 06: 0 .. n_tiles - 1 (causal: up to the
+ * one holding key min(N, q0 + Br) - 1), and of those the tiles below n_plain need no mask at all. */
+typedef struct {
+    int n_tiles, n_plain;
+} hop_key_range;
+
+template <int BR, int BC, int CAUSAL> static __device__ __forceinline__ hop_key_range hop_key_tiles(int q0, int n) {
+    hop_key_range r;
+    r.n_tiles = CAUSAL ? (min(n, q0 + BR) + BC - 1) / BC : (n + BC - 1) / BC;
+    r.n_plain = min(CAUSAL ? (q0 + 1) / BC : r.n_tiles, n / BC);
+    return r;
+}
+
+/* A tile of `rows` rows from row row0 of head bh: D/64 boxes, one per 64-column region, all counted on
+ * one mbarrier (expect_tx: the whole tile, zero-filled rows past N included). One thread calls it. */
+template <int D>
+static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
+                                                     int row0, int bh) {
+    hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(rows, D));
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) hop_tma_load_3d(dst + (uint32_t)(c * rows * 128), map, bar, c * 64, row0, bh);
+}
+
+/* S = Q K^T issued (not waited for): D/16 wgmma of 64 x Bc x 16. Step kk reads columns 16kk .. 16kk+15
+ * of region kk/4, a 32-byte step of the start address inside the 128-byte row (the hardware applies
+ * the swizzle to the final address, which is why regions are 1024-aligned). q_rows: this warpgroup's
+ * 64 rows in region 0 of the Q tile; the Q tile's regions are Br x 128 bytes apart. */
+template <int BF16, int D, int BR, int BC, int NEG>
+static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t q_rows, uint32_t k_tile) {
+    hop_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t col = (uint32_t)((kk & 3) * 32);
+        const uint64_t a = hop_desc_sw128(q_rows + (uint32_t)((kk >> 2) * BR * 128) + col, 16, 1024);
+        const uint64_t b = hop_desc_sw128(k_tile + (uint32_t)((kk >> 2) * BC * 128) + col, 16, 1024);
+        hop_wgmma_ss<BF16, NEG, BC>(s, a, b, kk > 0);
+    }
+    hop_wgmma_commit();
+}
+/* the same with the sign of the scale chosen at run time (one branch per tile, uniform) */
+template <int BF16, int D, int BR, int BC>
+static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t q_rows, uint32_t k_tile, int negate) {
+    if (negate)
+        hop_issue_s<BF16, D, BR, BC, 1>(s, q_rows, k_tile);
+    else
+        hop_issue_s<BF16, D, BR, BC, 0>(s, q_rows, k_tile);
+}
+
+/* O += P V issued (not waited for): Bc/16 wgmma of 64 x D x 16, A = P from registers, B = V read
+ * transposed: keys 16kk.. are rows 16kk.. of every 64-column region (2048 bytes per step), and the
+ * regions (the next 64 columns of the head dim) are Bc x 128 bytes apart: the descriptor's leading
+ * byte offset. */
+template <int BF16, int D, int BC>
+static __device__ __forceinline__ void hop_issue_pv(float (&o)[D / 2], const uint32_t (&p)[BC / 16][4], uint32_t v_tile) {
+    hop_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+        hop_wgmma_rs<BF16, D>(o, p[kk], hop_desc_sw128(v_tile + (uint32_t)(kk * 16 * 128), BC * 128, 1024));
+    hop_wgmma_commit();
+}
+
+/* Keys that row qi may not see get -inf: key >= N (the zero rows the copy engine filled in), and
+ * key > qi when causal. row0 is the thread's first row (g); its second is row0 + 8. */
+template <int BC, int CAUSAL>
+static __device__ __forceinline__ void hop_mask(float (&s)[BC / 2], int key0, int row0, int n) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int visible = (CAUSAL ? min(n, row0 + 8 * h + 1) : n) - key0 - 2 * t;
+#pragma unroll
+        for (int c = 0; c < BC / 8; ++c)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                if (8 * c + e >= visible) s[4 * c + 2 * h + e] = -INFINITY;
+    }
+}
+
+/* Two floats -> one register of two 16-bit values, lo in bits 0..15 */
+template <int BF16> static __device__ __forceinline__ uint32_t hop_pack(float lo, float hi) {
+    uint32_t r;
+    if (BF16)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+/* 2^x on the special-function unit; 2^-inf = +0 */
+static __device__ __forceinline__ float hop_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The running state of the warpgroup's 64 rows: O, and per thread's two rows m (raw scores) and l
+ * (a per-lane partial sum: alpha is the same across the quad, so the quad's sum is taken once, at
+ * the end). */
+template <int D> struct hop_rows {
+    float o[D / 2];
+    float m[2], l[2];
+};
+template <int D> static __device__ __forceinline__ void hop_rows_init(hop_rows<D> *r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) r->m[h] = -INFINITY, r->l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) r->o[i] = 0.f;
+}
+
+/*
+ * The online softmax of one tile (stage 04's lines, on this layout): per row the new max over the tile
+ * and the quad, alpha = 2^(m_old - m_new) in base-2 units, P = 2^(x - m) in place of the scores,
+ * l = alpha l + sum P. Returns alpha of both rows: the caller rescales O, now or (stage 09) later.
+ */
+template <int BC>
+static __device__ __forceinline__ void hop_online_softmax(float (&s)[BC / 2], float (&m)[2], float (&l)[2],
+                                                          float (&alpha)[2], float sl2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int c = 0; c < BC / 8; ++c) mx = fmaxf(mx, fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        /* a row with no visible key yet has mx = -inf: subtract 0 instead, so -inf - -inf never makes a
+         * NaN (its P are all 0 anyway); m_old = -inf gives alpha = 2^-inf = 0 */
+        const float m_scaled = (mx == -INFINITY ? 0.f : mx) * sl2;
+        alpha[h] = hop_ex2(fmaf(m[h], sl2, -m_scaled));
+        m[h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < BC / 8; ++c)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                s[4 * c + 2 * h + e] = hop_ex2(fmaf(s[4 * c + 2 * h + e], sl2, -m_scaled));
+                sum += s[4 * c + 2 * h + e];
+            }
+        l[h] = l[h] * alpha[h] + sum;
+    }
+}
+
+/* P (fp32, in the accumulator layout) packed into the A operand of O += P V. Keys 16kk .. 16kk+15 are
+ * accumulator columns 8(2kk) and 8(2kk+1), and the A fragment of a 16-key step is (row g, keys 2t, 2t+1),
+ * (row g+8, ...), then the same 8 keys later: exactly the register order of the accumulator, so
+ * s[8kk + 2r], s[8kk + 2r + 1] -> p[kk][r]. No shuffle, no shared memory (as in stage 06). */
+template <int BF16, int BC>
+static __device__ __forceinline__ void hop_pack_p(const float (&s)[BC / 2], uint32_t (&p)[BC / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) p[kk][r] = hop_pack<BF16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+/* O *= alpha, row by row */
+template <int D> static __device__ __forceinline__ void hop_rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            o[4 * c + 2 * h] *= alpha[h];
+            o[4 * c + 2 * h + 1] *= alpha[h];
+        }
+}
+
+/* Epilogue: l summed over the quad, O / l stored (rows < N only), LSE = m2 ln 2 + ln l: l is the sum of
+ * 2^(x - m2) with x = s scale log2(e) and m2 = m scale log2(e), so sum e^(scale s) = 2^m2 l. row0 is the
+ * thread's first row in the head. */
+template <int BF16, int D>
+static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p, const hop_rows<D> *r, int64_t bh,
+                                                       int row0) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = r->l[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = row0 + 8 * h;
+        if (row >= p->n) continue;
+        const float inv = l > 0.f ? 1.f / l : 0.f; /* key 0 is always visible, so l > 0; guard anyway */
+        uint16_t *out = p->o + (bh * p->n + row) * D + 2 * t;
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c)
+            *(uint32_t *)(out + 8 * c) = hop_pack<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
+        if (t == 0) p->lse[bh * p->n + row] = l > 0.f ? r->m[h] * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+    }
+}
+
+/* The thread's first query row inside the block's Q tile: warpgroup wg, warp in it, lane group g. */
+static __device__ __forceinline__ int hop_thread_row(int wg) {
+    return wg * 64 + (int)((threadIdx.x >> 5) & 3) * 16 + (int)((threadIdx.x & 31) >> 2);
+}
+
+#endif
