@@ -34,19 +34,33 @@
 
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
- *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of 240)
- *   64    128 x 128   2             4        16 + 4 x (16 + 16) = 144 KB   64 +  32 + 32
- *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32
- *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16
- * Warpgroup 0 is the producer; warpgroups 1 and 2 own rows 0..63 and 64..127 of the Q tile.
- */
-static constexpr int BR = 128, THREADS = 384, CONSUMERS = 256;
-static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
-static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 128; }
+ *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of)
+ *   64    192 x 128   3             4        24 + 4 x (16 + 16) = 152 KB   64 +  32 + 32 (160)
+ *   128   128 x 176   2             2        32 + 2 x (44 + 44) = 208 KB   88 +  64 + 44 (240)
+ *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16 (240)
+ * Warpgroup 0 is the producer; consumer warpgroup c (1..W) owns rows 64(c-1) .. 64c-1 of the Q tile.
+ *
+ * The tile shape per head dim (README.md's road table has what each choice measured). D = 64 runs
+ * three consumer warpgroups (Br = 192): its GEMMs are short next to its exponentials, so two
+ * warpgroups can be in their softmax while the third multiplies (+12 to +19% over two). D = 128
+ * takes 176 keys per tile (+1 to +5% over 128: fewer tiles, fewer barriers and rescales). */
+static __host__ __device__ constexpr int consumers_for(int d) { return d == 64 ? 3 : 2; }
+static __host__ __device__ constexpr int br_for(int d) { return 64 * consumers_for(d); }
+static __host__ __device__ constexpr int threads_for(int d) { return 128 * (1 + consumers_for(d)); }
+static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : d == 128 ? 176 : 128; }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
+/* setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the 65536, rounded down
+ * to a multiple of 8 (2 consumers: 240, 3 consumers: 160) */
+static constexpr int PRODUCER_REGS = 24;
+static __host__ __device__ constexpr int consumer_regs_share(int d) {
+    return (65536 / 128 - PRODUCER_REGS) / consumers_for(d) / 8 * 8;
+}
+static __host__ __device__ constexpr int consumer_regs_for(int d) {
+    return consumer_regs_share(d) < 240 ? consumer_regs_share(d) : 240;
+}
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
-    return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 4 * stages_for(d)) +
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 4 * stages_for(d)) +
            1024;
 }
 
@@ -61,7 +75,7 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
     constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
     smem_layout s;
     s.q = base;
-    s.k = s.q + hop_tile_bytes(BR, D);
+    s.k = s.q + hop_tile_bytes(br_for(D), D);
     s.v = s.k + S * KV;
     s.q_full = s.v + S * KV;
     s.k_full = s.q_full + 8;
@@ -80,7 +94,7 @@ template <int D>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0, int j0,
                                                int n_tiles, int bh) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
+    hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, br_for(D), q0, bh);
     for (int it = 0; it < n_tiles; ++it) {
         const int buf = it % S, use = it / S, j = j0 - it;
         if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (uint32_t)((use - 1) & 1));
@@ -91,15 +105,16 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
 }
 
 /*
- * The ping-pong token: warpgroup wg may issue GEMMs after bar.sync on its barrier, which completes
- * when the other warpgroup has arrived there (256 threads in all); then it arrives on the other's.
- * Warpgroup 1 starts by arriving on warpgroup 0's barrier, so 0 goes first; it skips its last
+ * The ping-pong token, passed round the W consumer warpgroups: warpgroup wg may issue GEMMs after
+ * bar.sync on its barrier, which completes when the warpgroup before it has arrived there (256
+ * threads: the one waiting and the one handing over); then it arrives on the next one's. The last
+ * warpgroup starts by arriving on warpgroup 0's barrier, so 0 goes first, and skips its final
  * hand-back, which nobody would take.
  */
-static constexpr int PINGPONG_BAR = 1;
-static __device__ __forceinline__ void gemm_window_open(int wg) { hop_bar_sync(PINGPONG_BAR + wg, CONSUMERS); }
-static __device__ __forceinline__ void gemm_window_close(int wg, int last) {
-    if (!(last && wg == 1)) hop_bar_arrive(PINGPONG_BAR + (wg ^ 1), CONSUMERS);
+static constexpr int PINGPONG_BAR = 1, PINGPONG_THREADS = 256;
+static __device__ __forceinline__ void gemm_window_open(int wg) { hop_bar_sync(PINGPONG_BAR + wg, PINGPONG_THREADS); }
+template <int W> static __device__ __forceinline__ void gemm_window_close(int wg, int last) {
+    if (!(last && wg == W - 1)) hop_bar_arrive(PINGPONG_BAR + (wg + 1) % W, PINGPONG_THREADS);
 }
 
 /* What one step hands to the next: P of the tile just computed, and the alpha that O must be scaled by
@@ -118,8 +133,8 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
     float s[BC / 2];
     hop_mbar_wait(sm->k_full, 0);
     gemm_window_open(wg);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k, p->negate_q);
-    gemm_window_close(wg, 0);
+    hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k, p->negate_q);
+    gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<0>();
     hop_settle(s);
     hop_mbar_arrive(sm->k_empty);
@@ -142,11 +157,11 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
     float s[BC / 2];
     hop_mbar_wait(sm->k_full + 8 * buf, (uint32_t)((it / S) & 1));
     gemm_window_open(wg);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
     hop_rescale_o<D>(r->o, pv->alpha);
     hop_mbar_wait(sm->v_full + 8 * prev, (uint32_t)(((it - 1) / S) & 1));
     hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
-    gemm_window_close(wg, 0);
+    gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<1>(); /* S_j done, P V may still run */
     hop_settle(s);
     hop_mbar_arrive(sm->k_empty + 8 * buf);
@@ -168,7 +183,7 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     hop_mbar_wait(sm->v_full + 8 * prev, (uint32_t)(((it - 1) / S) & 1));
     gemm_window_open(wg);
     hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
-    gemm_window_close(wg, 1);
+    gemm_window_close<consumers_for(D)>(wg, 1);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
     hop_mbar_arrive(sm->v_empty + 8 * prev);
@@ -182,7 +197,7 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
     hop_rows_init<D>(&r);
     pending_pv<bc_for(D)> pv;
     const int row0 = q0 + hop_thread_row(wg);
-    if (wg == 1) hop_bar_arrive(PINGPONG_BAR + 0, CONSUMERS); /* warpgroup 0 takes the first window */
+    if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
     hop_mbar_wait(sm->q_full, 0);
     int j = kr.n_tiles - 1, it = 1;
     if (j >= kr.n_plain)
@@ -198,8 +213,8 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(THREADS, 1) overlap_kernel(const __grid_constant__ hop_attn_params p) {
-    constexpr int BC = bc_for(D), S = stages_for(D);
+__global__ void __launch_bounds__(threads_for(D), 1) overlap_kernel(const __grid_constant__ hop_attn_params p) {
+    constexpr int BR = br_for(D), BC = bc_for(D), S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
     int mb;
     const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
     if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
@@ -223,7 +238,7 @@ __global__ void __launch_bounds__(THREADS, 1) overlap_kernel(const __grid_consta
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0) produce<D>(&p, &sm, q0, kr.n_tiles - 1, kr.n_tiles, (int)bh);
     } else {
-        hop_regs_claim<CONSUMER_REGS>();
+        hop_regs_claim<consumer_regs_for(D)>();
         consume<BF16, D, CAUSAL>(&p, &sm, kr, wg - 1, q0, bh);
     }
 }
@@ -234,9 +249,10 @@ template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_
     void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 09");
     if (st != ATTN_OK) return st;
+    constexpr int BR = br_for(D);
     dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
-    kern<<<grid, THREADS, (size_t)smem_bytes(D), stream>>>(*kp);
+    kern<<<grid, threads_for(D), (size_t)smem_bytes(D), stream>>>(*kp);
     ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
     return ATTN_OK;
 }
@@ -252,7 +268,7 @@ template <int BF16, int CAUSAL> static attn_status dispatch_d(int64_t D, const h
 
 extern "C" attn_status stage09_run(const attn_problem *pr, const attn_args *a) {
     hop_attn_params kp;
-    attn_status st = hop_attn_setup(&kp, pr, a, BR, bc_for((int)pr->D), "09");
+    attn_status st = hop_attn_setup(&kp, pr, a, br_for((int)pr->D), bc_for((int)pr->D), "09");
     if (st != ATTN_OK) return st;
     const cudaStream_t s = (cudaStream_t)a->stream;
     if (pr->dtype == ATTN_BF16)

@@ -1,5 +1,5 @@
 # Generates common/wgmma_ops.cuh (the operand lists of the wgmma instructions the Hopper stages use)
-NS = [64, 96, 128, 192, 256]
+NS = [64, 80, 96, 128, 176, 192, 256]
 out = []
 w = out.append
 w("""/*
