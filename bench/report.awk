@@ -243,7 +243,7 @@ function versus(f,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk) {
     if (!trows) return
     for (q = 1; q <= npk; q++) desc = desc (q > 1 ? ", " : "") LABEL[pk[q]]
     if (md) printf "**Stage %s against the peers** (%s): the peer's time over stage %s's; above 1, stage %s is faster. " \
-        "FA2 and cuDNN: PyTorch SDPA's FlashAttention-2 and cuDNN backends; Triton: the seed's kernel, bench/triton_fa2.py.\n\n", f, desc, f, f
+        "FA2 and cuDNN: PyTorch SDPA's FlashAttention-2 and cuDNN backends; Triton: the seed's kernel as written here, python/triton_fa2.py.\n\n", f, desc, f, f
     else printf "== Stage %s against the peers (%s): peer time / stage %s time (above 1: %s is faster) ==\n", f, desc, f, f
     tprint(); print ""
 }
