@@ -23,7 +23,8 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp -D_POSIX_C_SOURCE=200809L -Icommon -I.
+# -fPIC: the same objects go into build/libattn.a and into the shared libraries of python/python.mk.
+CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp -D_POSIX_C_SOURCE=200809L -Icommon -I.
 CFLAGS  ?=
 LDLIBS  := -fopenmp -lm
 # SAN=1: host code under AddressSanitizer and UndefinedBehaviorSanitizer (make check-asan).
@@ -50,7 +51,7 @@ endif
 # The Hopper stages (07 on: wgmma, setmaxnreg) are sm_90a code; their folders' .mk fragments select it.
 NVCC_ARCH_SM90A := -gencode arch=compute_90a,code=sm_90a
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
-NVCCFLAGS_ALL = $(NVCCFLAGS) $(NVCC_ARCH) -Icommon -I. -DATTN_HAVE_CUDA=1 -Xcompiler -Wall
+NVCCFLAGS_ALL = $(NVCCFLAGS) $(NVCC_ARCH) -Icommon -I. -DATTN_HAVE_CUDA=1 -Xcompiler -Wall -Xcompiler -fPIC
 CFLAGS_BASE += -DATTN_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
 LDLIBS      += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""bench/peers.py: PyTorch beside the stages, on the same shapes, in the same CSV format.
+"""bench/peers.py: the peers beside the stages, on the same shapes, in the same CSV format.
 
 Peers (the `stage` column):
-  torch_naive  scores = q @ k^T * scale (fp16), masked_fill(-inf) above the diagonal when causal,
-               softmax in fp32, cast back to fp16, probs @ v
+  torch_naive  the seed's baseline: scores = q @ k^T * scale (fp16), masked_fill(-inf) above the
+               diagonal when causal, softmax in fp32, cast back to fp16, probs @ v
   sdpa_flash   F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.FLASH_ATTENTION)
   sdpa_cudnn   the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+  triton_fa2   python/triton_fa2.py, the seed's Triton kernel as written here (when triton imports)
+  libfa2, ...  the suite's fast stages as shared libraries, through python/flashattn_stages.py
+               (ctypes), where make has built them: the C kernels timed in this same process
 (causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
 warm-up and the memory measurement (torch.cuda.max_memory_allocated after reset_peak_memory_stats,
-minus what was allocated before and minus the output), then CUDA-event timing, median over
-adaptive repeats (aim --repeat-ms of timed work, 3..50 runs), then a spot check of --check-rows rows
-against a float64 reference with the tolerance rule of common/check.c (taking the fp16 scores of
-the naive path into account). torch.cuda.OutOfMemoryError -> status OOM; a backend that refuses a
-shape -> status unsupported, with PyTorch's reason.
+minus what was allocated before and minus the outputs; Triton compiles and autotunes in a call
+before that), then CUDA-event timing, median over adaptive repeats (aim --repeat-ms of timed work,
+3..50 runs; --cold writes 4x the L2 size before each, outside the timed window), then a spot check
+of --check-rows rows against a float64 reference with the tolerance rule of common/check.c (taking
+the fp16 scores of the naive path into account). torch.cuda.OutOfMemoryError -> status OOM; a
+backend that refuses a shape -> status unsupported, with the reason.
 
 Optional: without PyTorch or without a CUDA GPU it says why and exits 0, writing nothing.
-attn-bench --peers FILE merges the rows into its tables (speedups, stage 06 vs FA2 / cuDNN).
+bench/report.sh merges its CSV with attn-bench's (make bench does).
 """
 import argparse
 import datetime
@@ -27,9 +31,11 @@ import sys
 import time
 import warnings
 
-COLS = ("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,speedup_vs_02,"
-        "speedup_vs_fastest,extra_bytes,workspace_bytes,max_abs_err,check,repeats,note").split(",")
-PEERS = ("torch_naive", "sdpa_flash", "sdpa_cudnn")
+COLS = ("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
+        "max_abs_err,check,repeats,l2,note").split(",")
+PEERS = ["torch_naive", "sdpa_flash", "sdpa_cudnn"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 U16 = 2.0 ** -11
 U32 = 2.0 ** -24
 
@@ -68,16 +74,14 @@ def parse_args(argv):
     ap.add_argument("--seqs", type=int_list)
     ap.add_argument("--dims", type=int_list)
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
-    ap.add_argument("--repeat-ms", type=float, default=400.0)
+    ap.add_argument("--repeat-ms", type=float, default=300.0)
+    ap.add_argument("--cold", action="store_true", help="flush L2 (write 4x its size) before every timed run")
     ap.add_argument("--min-repeat", type=int, default=3)
     ap.add_argument("--max-repeat", type=int, default=50)
     ap.add_argument("--check-rows", type=int, default=16)
-    ap.add_argument("--peers", default=",".join(PEERS), help="subset of " + ",".join(PEERS))
+    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,libfa2,...")
     a = ap.parse_args(argv)
-    a.peers = [p for p in a.peers.split(",") if p]
-    for p in a.peers:
-        if p not in PEERS:
-            ap.error("unknown peer %r (have %s)" % (p, ", ".join(PEERS)))
+    a.peers = [p for p in a.peers.split(",") if p] if a.peers else None
     if a.quick:
         defaults = dict(batch=1, heads=4, seqs=[128, 512, 1024], dims=[64])
     else:
@@ -111,8 +115,30 @@ def backend_ctx(torch, which):
     raise Unsupported("PyTorch %s has no cuDNN attention backend" % torch.__version__)
 
 
-def make_fn(torch, peer, q, k, v, causal, scale):
+def find_kernels(torch):
+    """The peers beyond PyTorch that can run here: name -> f(q, k, v, causal, scale) -> (O, LSE)."""
+    found = {}
+    try:
+        import triton_fa2
+        found["triton_fa2"] = lambda q, k, v, c, s: triton_fa2.attention(q, k, v, causal=c, scale=s)
+    except Exception as e:  # ImportError without triton; anything a broken install raises
+        log("peers: triton_fa2 skipped: %s: %s" % (type(e).__name__, str(e).split("\n")[0]))
+    import flashattn_stages as fa
+    for stage in fa.stages():
+        path = fa.library_path(stage)
+        if os.path.exists(path):
+            found[os.path.basename(path)[:-3]] = (
+                lambda q, k, v, c, s, st=stage: fa.forward(q, k, v, causal=c, scale=s, stage=st))
+        else:
+            log("peers: stage %s's library skipped: %s is not built (make %s)"
+                % (stage, path, os.path.relpath(path, os.path.dirname(HERE))))
+    return found
+
+
+def make_fn(torch, peer, q, k, v, causal, scale, kernels):
     F = torch.nn.functional
+    if peer in kernels:
+        return lambda: kernels[peer](q, k, v, causal, scale)
     if peer == "torch_naive":
         n = q.shape[-2]
 
@@ -162,13 +188,20 @@ def check_rows(torch, out, q, k, v, causal, scale, nrows, seed):
     return finite and worst <= 1.0, max_err, worst, len(rows)
 
 
-def time_fn(torch, fn, reps, warmup):
+def time_fn(torch, fn, reps, warmup, flush=None):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
           for _ in range(reps)]
+    if hasattr(torch.cuda, "_sleep"):
+        # Keep the GPU busy (about 0.1 ms per run at 2 GHz) while Python queues the runs: the events
+        # then time the GPU's work, not Python's 10-40 us of launch overhead, which a 30 us kernel
+        # would otherwise show as idle time (the C stages launch from C, where it is a few us).
+        torch.cuda._sleep(200000 * reps)
     for a, b in ev:
+        if flush is not None:  # cold L2: evict what the previous run left there, outside the timing
+            flush.zero_()
         a.record()
         fn()
         b.record()
@@ -181,13 +214,13 @@ def short_oom(e):
     return "CUDA out of memory: " + msg.replace("CUDA out of memory. ", "")
 
 
-def run_point(torch, args, peer, q, k, v, causal, row):
-    """Fills row (status, ms, tflops, extra_bytes, max_abs_err, check, repeats, note)."""
+def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
+    """Fills row (status, ms, tflops, extra_bytes, max_abs_err, check, repeats, l2, note)."""
     B, H, N, D = q.shape
     scale = 1.0 / math.sqrt(D)
-    fn = make_fn(torch, peer, q, k, v, causal, scale)
+    fn = make_fn(torch, peer, q, k, v, causal, scale, kernels)
     ctx = None
-    if peer != "torch_naive":
+    if peer.startswith("sdpa_"):
         try:
             ctx = backend_ctx(torch, peer.split("_")[1])
         except Unsupported as e:
@@ -196,19 +229,21 @@ def run_point(torch, args, peer, q, k, v, causal, row):
     try:
         if ctx is not None:
             ctx.__enter__()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
+                if peer == "triton_fa2":  # compiling and autotuning allocate: not the kernel's memory
+                    fn()
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
                 out = fn()  # the warm-up, and the memory measurement
                 torch.cuda.synchronize()
             except torch.cuda.OutOfMemoryError as e:
                 row.update(status="OOM", note=clean(short_oom(e)))
                 return
-            except RuntimeError as e:
+            except (RuntimeError, ValueError) as e:
                 why = "; ".join(str(w.message).split("\n")[0] for w in caught) or str(e)
                 text = (str(e) + why).lower()
                 if "out of memory" in text:
@@ -219,7 +254,9 @@ def run_point(torch, args, peer, q, k, v, causal, row):
                     row.update(status="error", note=clean(str(e).split("\n")[0]))
                 return
         peak = torch.cuda.max_memory_allocated()
-        extra = max(0, peak - base - out.numel() * out.element_size())
+        outs = out if isinstance(out, tuple) else (out,)  # (O, LSE) from the kernels, O from PyTorch
+        extra = max(0, peak - base - sum(x.numel() * x.element_size() for x in outs))
+        out = outs[0]
         ok, max_err, worst, nchecked = check_rows(torch, out, q, k, v, causal, scale,
                                                    args.check_rows, 1000 + N + D + causal)
         del out
@@ -227,14 +264,14 @@ def run_point(torch, args, peer, q, k, v, causal, row):
             est = time_fn(torch, fn, 1, 0)
             reps = max(args.min_repeat, min(args.max_repeat, math.ceil(args.repeat_ms / max(est, 1e-4))))
             warm = 0 if est >= 250 else 1 if est >= 20 else 2
-            ms = time_fn(torch, fn, reps, warm)
+            ms = time_fn(torch, fn, reps, warm, flush)
         except torch.cuda.OutOfMemoryError as e:
             row.update(status="OOM", note=clean(short_oom(e)))
             return
         flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
         row.update(status="ok" if ok else "FAIL", ms="%.6g" % ms, tflops="%.6g" % (flops / (ms * 1e9)),
                    extra_bytes=str(extra), max_abs_err="%.4g" % max_err,
-                   check="pass" if ok else "FAIL", repeats=str(reps))
+                   check="pass" if ok else "FAIL", repeats=str(reps), l2="cold" if flush is not None else "warm")
         if not ok:
             row["note"] = clean("%d rows: max abs err %.3g; worst err/tol %.3g" % (nchecked, max_err, worst))
     finally:
@@ -255,14 +292,25 @@ def main(argv):
         log("peers: skipped: PyTorch %s sees no CUDA GPU" % torch.__version__)
         return 0
     t_start = time.time()
+    kernels = find_kernels(torch)
+    known = PEERS + sorted(kernels)
+    for p in args.peers or []:
+        if p not in known:
+            log("peers: unknown peer %r (here: %s)" % (p, ", ".join(known)))
+            return 2
+    args.peers = args.peers or known
+    flush = None
+    if args.cold:  # 4x the L2 size, as attn-bench --cold; 256 MiB where PyTorch does not say the size
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 64 << 20
+        flush = torch.empty(4 * l2, dtype=torch.uint8, device="cuda")
     gpu = clean(torch.cuda.get_device_name())
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     causals = [0, 1] if args.causal == "both" else [int(args.causal)]
     total = len(args.dims) * len(args.seqs) * len(causals) * len(args.peers)
-    log("peers: PyTorch %s, CUDA %s, cuDNN %s on %s; B=%d H=%d N=%s D=%s causal=%s; peers %s"
+    log("peers: PyTorch %s, CUDA %s, cuDNN %s on %s; B=%d H=%d N=%s D=%s causal=%s; L2 %s; peers %s"
         % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), gpu, args.batch,
            args.heads, ",".join(map(str, args.seqs)), ",".join(map(str, args.dims)), args.causal,
-           ",".join(args.peers)))
+           "cold" if flush is not None else "warm", ",".join(args.peers)))
     rows = []
     i = 0
     gen = torch.Generator(device="cuda")
@@ -291,7 +339,7 @@ def main(argv):
                         row.update(status=in_err[0], note="inputs: " + in_err[1])
                     else:
                         try:
-                            run_point(torch, args, peer, q, k, v, causal, row)
+                            run_point(torch, args, peer, q, k, v, causal, row, kernels, flush)
                         except Exception as e:  # keep the sweep going; the row says what happened
                             row.update(status="error", note=clean("%s: %s" % (type(e).__name__, e)))
                     if row["status"] in ("ok", "FAIL"):
@@ -306,10 +354,12 @@ def main(argv):
     d = os.path.dirname(args.csv)
     if d:
         os.makedirs(d, exist_ok=True)
-    with open(args.csv, "w") as f:
+    with open(args.csv + ".tmp", "w") as f:
         f.write(",".join(COLS) + "\n")
         for r in rows:
+            r["l2"] = r["l2"] or "-"
             f.write(",".join(str(r[c]) for c in COLS) + "\n")
+    os.replace(args.csv + ".tmp", args.csv)
     log("peers: wrote %d rows to %s in %.1f s" % (len(rows), args.csv, time.time() - t_start))
     return 0
 

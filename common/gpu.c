@@ -96,7 +96,8 @@ attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
 #define GIB(x) ((double)(x) / 1073741824.0)
 
 typedef struct {
-    void *q, *k, *v, *o, *ws;
+    void *q, *k, *v, *o, *ws, *flush;
+    size_t flush_bytes;
     float *lse;
     cudaStream_t stream;
     cudaEvent_t ev0, ev1;
@@ -108,6 +109,7 @@ static void gpu_release(gpu_bufs *b) {
     if (b->have_ev1) cudaEventDestroy(b->ev1);
     if (b->have_stream) cudaStreamDestroy(b->stream);
     cudaFree(b->q), cudaFree(b->k), cudaFree(b->v), cudaFree(b->o), cudaFree(b->lse), cudaFree(b->ws);
+    cudaFree(b->flush);
     cudaGetLastError(); /* a failed run must not poison the next one's error checks */
 }
 
@@ -120,6 +122,17 @@ static int cmp_float(const void *a, const void *b) {
 static attn_status poison(const gpu_bufs *b, size_t o_bytes, size_t lse_bytes) {
     ATTN_CUDA(cudaMemsetAsync(b->o, 0xff, o_bytes, b->stream));
     ATTN_CUDA(cudaMemsetAsync(b->lse, 0xff, lse_bytes, b->stream));
+    return ATTN_OK;
+}
+
+/* cold_l2: 4x the L2 size, so that writing it evicts whatever the previous run left there (an LRU-like
+ * cache keeps little of a stream twice its size; 4x leaves margin for the hashed set mapping). */
+static attn_status alloc_flush(gpu_bufs *b) {
+    int dev = 0, l2 = 0;
+    ATTN_CUDA(cudaGetDevice(&dev));
+    ATTN_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    b->flush_bytes = 4 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+    ATTN_CUDA(cudaMalloc(&b->flush, b->flush_bytes));
     return ATTN_OK;
 }
 
@@ -159,6 +172,8 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     ATTN_CUDA(cudaEventCreate(&b->ev1));
     b->have_ev1 = 1;
 
+    if (opt->cold_l2 && (st = alloc_flush(b)) != ATTN_OK) return st;
+
     size_t free_before = 0, free_after = 0;
     ATTN_CUDA(cudaDeviceSynchronize());
     ATTN_CUDA(cudaMemGetInfo(&free_before, &total_b));
@@ -189,7 +204,8 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     for (int r = 0; r < opt->repeat && st == ATTN_OK; r++) {
         /* Poison outside the timed window, so every timed run writes a fresh output. */
         if ((st = poison(b, in_bytes, lse_bytes)) != ATTN_OK) break;
-        cudaError_t e = cudaEventRecord(b->ev0, b->stream);
+        cudaError_t e = b->flush ? cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes, b->stream) : cudaSuccess;
+        if (e == cudaSuccess) e = cudaEventRecord(b->ev0, b->stream);
         if (e == cudaSuccess && (st = s->run(p, &a)) == ATTN_OK) e = cudaEventRecord(b->ev1, b->stream);
         if (e == cudaSuccess && st == ATTN_OK) e = cudaEventSynchronize(b->ev1);
         if (e == cudaSuccess && st == ATTN_OK) e = cudaEventElapsedTime(&ms[r], b->ev0, b->ev1);

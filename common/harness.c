@@ -172,6 +172,7 @@ attn_run_opts attn_run_opts_default(void) {
     o.full_heads = 1;
     o.check_rows = 256;
     o.seed = 1;
+    o.cold_l2 = 0;
     return o;
 }
 

@@ -74,6 +74,9 @@ typedef struct {
     int full_heads;     /* check every row of the first and last (b, h); default 1 */
     int64_t check_rows; /* extra random rows checked; default 256 */
     uint64_t seed;      /* row sampling */
+    int cold_l2;        /* GPU stages: 1 writes a buffer of 4x the GPU's L2 size before every timed run
+                           (outside the timed window), so no run finds Q, K, V in L2 from the one
+                           before; 0 (default): warm, as back-to-back calls in a model see them */
 } attn_run_opts;
 
 typedef struct {

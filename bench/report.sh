@@ -1,0 +1,158 @@
+#!/bin/sh
+# bench/report.sh: everything shown from a bench CSV: tables, README blocks, plots. POSIX sh and awk
+# (bench/report.awk does the tables), gnuplot for the plots when it is there. No Python.
+#
+#   report.sh merge OUT CSV...   the rows of several CSVs (attn-bench's, the peers') into OUT
+#   report.sh tables CSV [md]    the tables of every (D, causal) and each fast stage against the peers
+#   report.sh stage CSV NN       one stage's table (Markdown), as in its README
+#   report.sh compact CSV        the top README's table: TFLOP/s at one N, speedup over naive PyTorch
+#   report.sh plots CSV DIR      latency, speedup over naive PyTorch and over stage 02, TFLOP/s and
+#                                memory against N (PNGs): one panel per (D, causal), one line per
+#                                stage or peer, OOM points marked at the top of their panel
+#   report.sh readme CSV         rewrites the generated blocks of README.md (compact table),
+#                                bench/README.md (every table, the plots) and NN_*/README.md
+# BENCH_FAST=NN: the first stage compared with the peers (default 06; later stages join it).
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+fast=${BENCH_FAST:-06}
+rep() { mode=$1; shift; LC_ALL=C awk -v mode="$mode" -v fast="$fast" "$@"; }
+need_csv() { [ -s "$1" ] || { echo "report: no CSV at $1" >&2; exit 1; }; }
+
+plots() {
+    csv=$1 out=$2
+    need_csv "$csv"
+    if ! command -v gnuplot >/dev/null 2>&1; then
+        echo "plots: gnuplot not found, so no PNGs; render them elsewhere with: make plots CSV=$csv"
+        return 0
+    fi
+    mkdir -p "$out"
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/attn-plot.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT INT TERM
+    rep plotdata -v dir="$tmp" -f "$here/report.awk" "$csv"
+    [ -s "$tmp/meta" ] || { echo "plots: $csv has no row with status ok; nothing to plot" >&2; return 0; }
+    IFS='	' read -r gpu date commit < "$tmp/meta"
+    [ "$gpu" = none ] && gpu='no GPU (CPU stage only)'
+    n=$(wc -l < "$tmp/panels")
+    cols=$(( n <= 1 ? 1 : n <= 4 ? 2 : 3 )); rows=$(( (n + cols - 1) / cols ))
+    status=0
+    # name|column|ylabel|log y|title
+    while IFS='|' read -r name col ylabel logy title; do
+        if ! grep -q " $col\$" "$tmp/have"; then
+            echo "plots: nothing to draw for $name.png (no such values in $csv), skipped"; continue
+        fi
+        gp_script "$name" "$col" "$ylabel" "$logy" "$title" > "$tmp/$name.gp"
+        if gnuplot "$tmp/$name.gp" 2> "$tmp/err"; then echo "plots: $out/$name.png"
+        else echo "plots: gnuplot failed on $name:" >&2; cat "$tmp/err" >&2; status=1; fi
+    done <<EOF
+latency|2|median time (ms)|1|Latency (median over repeats)
+speedup_vs_torch|5|speedup over naive PyTorch (x)|1|Speedup over naive PyTorch (torch_naive): its time / time
+speedup_vs_02|4|speedup over stage 02 (x)|1|Speedup over stage 02 (naive GPU): time of 02 / time
+tflops|3|TFLOP/s|1|Throughput: 4·B·H·N²·D FLOPs (half when causal) / time
+memory|6|GiB beyond Q, K, V, O, LSE|0|Peak device memory beyond the inputs and outputs
+EOF
+    return $status
+}
+
+# One figure: a panel per (D, causal), a line per series (stages solid, peers dashed, one colour
+# per series in every figure), an x at the top of the panel where a series ran out of memory.
+gp_script() {
+    name=$1 col=$2 ylabel=$3 logy=$4 title=$5
+    echo "set terminal pngcairo noenhanced size 1400,820 font 'Sans,9' linewidth 1.2"
+    echo "set output '$out/$name.png'"
+    i=0
+    for c in 7f7f7f d62728 ff7f0e bcbd22 2ca02c 1f77b4 9467bd 17becf 8c564b e377c2 000000 aec7e8; do
+        i=$((i + 1)); echo "set linetype $i lc rgb '#$c' pt $(( i % 2 ? 7 : 5 ))"
+    done
+    echo "set linetype cycle 12"
+    echo "set grid xtics ytics mxtics mytics lc rgb '#dddddd'"
+    echo "set key outside right top font 'Sans,8' samplen 2 spacing 0.9"
+    echo "set offsets graph 0.04, graph 0.04, graph 0.08, 0"
+    echo "set logscale x 2; set format x '%.0f'; set xlabel 'sequence length N'; set ylabel '$ylabel'"
+    if [ "$logy" = 1 ]; then echo "set logscale y; set format y '%g'"; else echo "unset logscale y; set yrange [0:*]"; fi
+    printf '%s\n' "set multiplot layout $rows,$cols title \"$title\\n$gpu · $date · commit $commit\" font 'Sans,11'"
+    while read -r k D causal B H; do
+        cw=non-causal; [ "$causal" = 1 ] && cw=causal
+        echo "set title 'D = $D, $cw (B=$B, H=$H)'; unset label"
+        plot="" m=0
+        while read -r s kind label; do
+            if grep -qx "$k $s $col" "$tmp/have"; then
+                dt=1; [ "$kind" = peer ] && dt=2
+                plot="$plot${plot:+, }'$tmp/d_${k}_$s.dat' using 1:$col with linespoints lt $s dt $dt lw 1.5 ps 0.8 title '$label'"
+            fi
+            for N in $(awk -v k="$k" -v s="$s" '$1 == k && $2 == s { print $3 }' "$tmp/oom"); do
+                m=$((m + 1))
+                echo "set label $m 'OOM' at first $N, graph $(awk -v m=$m 'BEGIN { print 0.97 - 0.05 * ((m - 1) % 6) }') point lt $s pt 2 ps 1.4 offset 0.8,0 tc lt $s font ',7'"
+            done
+        done < "$tmp/series"
+        [ -n "$plot" ] && echo "plot $plot" || echo "unset key; plot [1:2] [1:2] NaN notitle; set key"
+    done < "$tmp/panels"
+    echo "unset multiplot"
+}
+
+# replace FILE BEGIN END CONTENT: the lines strictly between the markers become CONTENT's.
+replace() {
+    file=$1 begin=$2 end=$3 content=$4
+    if ! awk -v b="$begin" -v e="$end" 'index($0, b) && !nb { nb = NR } index($0, e) && !ne { ne = NR }
+        END { exit !(nb && ne && nb < ne) }' "$file"; then
+        echo "report: $file has no '$begin' ... '$end' markers (in that order); left alone" >&2
+        return 0
+    fi
+    awk -v b="$begin" -v e="$end" -v content="$content" '
+        !done && index($0, b) { print; while ((getline line < content) > 0) print line; skip = 1; next }
+        skip && index($0, e) { skip = 0; done = 1 }
+        !skip { print }' "$file" > "$content.new"
+    if cmp -s "$content.new" "$file"; then echo "report: $file unchanged"
+    else cat "$content.new" > "$file"; echo "report: $file updated"; fi
+}
+
+# Image links to the PNGs beside the CSV, as seen from a README in folder PREFIX (relative path).
+images() {
+    for p in latency:Latency speedup_vs_torch:Speedup\ over\ naive\ PyTorch speedup_vs_02:Speedup\ over\ stage\ 02 \
+             tflops:TFLOP/s memory:Memory\ beyond\ the\ inputs\ and\ outputs; do
+        [ -f "$(dirname "$csv")/${p%%:*}.png" ] && echo "![${p#*:}]($1$(dirname "$csv")/${p%%:*}.png)"
+    done
+    return 0
+}
+
+readme() {
+    csv=$1 cmd=${BENCH_CMD:-make bench}
+    need_csv "$csv"
+    root=$(cd "$here/.." && pwd)
+    case "$csv" in /*) echo "report: $csv should be relative to $root for the README links" >&2 ;; esac
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/attn-readme.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT INT TERM
+    gen="<!-- generated by bench/report.sh from $csv: edit neither by hand -->"
+    { echo "$gen"; echo; rep compact -v md=1 -f "$here/report.awk" "$csv"; echo
+      echo "Every (D, causal) and N, each fast stage against FA2, cuDNN and Triton, and the plots: [bench/README.md](bench/README.md#results)."
+      echo "Command: \`$cmd\`; CSV: [\`$csv\`]($csv)."
+      [ -f "$(dirname "$csv")/speedup_vs_torch.png" ] && { echo; echo "![Speedup over naive PyTorch]($(dirname "$csv")/speedup_vs_torch.png)"; }
+    } > "$tmp/top.md"
+    replace "$root/README.md" "<!-- bench:begin -->" "<!-- bench:end -->" "$tmp/top.md"
+    { echo "$gen"; echo; echo "Command: \`$cmd\` on the machine below; CSV: [\`$csv\`](../$csv)."; echo
+      rep tables -v md=1 -f "$here/report.awk" "$csv"; echo; images ../
+    } > "$tmp/bench.md"
+    replace "$root/bench/README.md" "<!-- bench:tables:begin -->" "<!-- bench:tables:end -->" "$tmp/bench.md"
+    for dir in "$root"/[0-9][0-9]_*/; do
+        dir=${dir%/} id=$(basename "$dir" | cut -c1-2)
+        [ -f "$dir/README.md" ] && grep -qF "<!-- bench:stage:$id:begin -->" "$dir/README.md" || continue
+        { echo "$gen"; echo
+          rep stage -v md=1 -v id="$id" -f "$here/report.awk" "$csv" 2>/dev/null || { echo; echo "(No rows for stage $id in the last run.)"; }
+          echo; echo "All stages side by side, with plots: [bench/README.md](../bench/README.md#results). Command: \`$cmd\`."
+        } > "$tmp/stage.md"
+        replace "$dir/README.md" "<!-- bench:stage:$id:begin -->" "<!-- bench:stage:$id:end -->" "$tmp/stage.md"
+    done
+}
+
+cmd=${1:-}
+[ $# -ge 2 ] || { sed -n '5,14p' "$0" >&2; exit 2; }
+case $cmd in
+merge) out=$2; shift 2; [ $# -ge 1 ] || { echo "report: nothing to merge into $out" >&2; exit 1; }
+    rep merge -f "$here/report.awk" "$@" > "$out.tmp" && mv "$out.tmp" "$out" ;;
+tables) need_csv "$2"; rep tables -v md="$([ "${3:-}" = md ] && echo 1 || echo 0)" -f "$here/report.awk" "$2" ;;
+stage) need_csv "$2"; rep stage -v md=1 -v id="${3:?stage id}" -f "$here/report.awk" "$2" ;;
+compact) need_csv "$2"; rep compact -v md=1 -f "$here/report.awk" "$2" ;;
+plots) plots "$2" "${3:-build/bench}" ;;
+readme) cd "$here/.." && readme "$2" ;;
+*) sed -n '5,14p' "$0" >&2; exit 2 ;;
+esac

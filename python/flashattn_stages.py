@@ -1,0 +1,176 @@
+"""flashattn_stages: the suite's fast stages, called from Python through ctypes.
+
+    import torch, sys; sys.path.insert(0, "python")
+    import flashattn_stages as fa
+    o, lse = fa.forward(q, k, v, causal=True)      # q, k, v: CUDA [B, H, N, D] fp16 or bf16
+
+O = softmax(scale * Q K^T [+ causal mask]) V and LSE, the natural-log log-sum-exp of each query row's
+scaled scores (float32 [B, H, N]), as every stage of the suite defines them. The work is queued on
+the current CUDA stream (torch.cuda.current_stream()) and not waited for, like any PyTorch kernel.
+
+No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk)
+and this module loads it with ctypes. Inputs are PyTorch tensors, or any object with
+__cuda_array_interface__ (fp16 only, since that interface has no bf16 type string) together with
+out=(o, lse) and stream=. Bad arguments raise ValueError or TypeError naming the argument, before
+anything runs; a CUDA failure raises RuntimeError. FLASHATTN_LIB_DIR overrides the folder of the .so
+files (default: build/ beside this folder).
+"""
+import ctypes
+import math
+import os
+
+__all__ = ["forward", "stages", "library_path"]
+
+# Stage id -> (shared library, C prefix): the library exports PREFIX_forward and
+# PREFIX_status_string with the signatures of 06_fa2_full/fa2.h, and PREFIX_last_error if it has one.
+# A later fast stage adds one line here and one $(eval ...) line in python/python.mk.
+STAGES = {
+    "06": ("libfa2.so", "fa2"),
+}
+
+_DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
+_STATUS = {1: ValueError, 2: ValueError, 3: RuntimeError}  # EINVAL, EUNSUPPORTED, ECUDA
+_libs = {}
+
+
+def stages():
+    """The stage ids this module knows, in order."""
+    return sorted(STAGES)
+
+
+def library_path(stage="06"):
+    """Where the shared library of `stage` is expected."""
+    if stage not in STAGES:
+        raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
+    here = os.path.dirname(os.path.abspath(__file__))
+    folder = os.environ.get("FLASHATTN_LIB_DIR") or os.path.join(os.path.dirname(here), "build")
+    return os.path.join(folder, STAGES[stage][0])
+
+
+def _load(stage):
+    if stage in _libs:
+        return _libs[stage]
+    path = library_path(stage)
+    if not os.path.exists(path):
+        raise FileNotFoundError("%s not found: build it with `make %s` in the repository root"
+                                % (path, os.path.join("build", STAGES[stage][0])))
+    lib = ctypes.CDLL(path)
+    prefix = STAGES[stage][1]
+    fwd = getattr(lib, prefix + "_forward")
+    fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_float,
+                                                                      ctypes.c_int, ctypes.c_void_p]
+    fwd.restype = ctypes.c_int
+    status = getattr(lib, prefix + "_status_string")
+    status.argtypes, status.restype = [ctypes.c_int], ctypes.c_char_p
+    last = getattr(lib, prefix + "_last_error", None)
+    if last is not None:
+        last.argtypes, last.restype = [], ctypes.c_char_p
+    _libs[stage] = (fwd, status, last, prefix)
+    return _libs[stage]
+
+
+class _Arg:
+    """What the C function needs to know of one array: pointer, shape, dtype, layout, device."""
+
+    def __init__(self, x, name, torch_ok=True):
+        self.name, self.torch = name, None
+        if torch_ok and type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr"):
+            import torch
+            self.torch = x
+            if not x.is_cuda:
+                raise ValueError("%s must be on a CUDA device (got %s)" % (name, x.device))
+            self.dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(x.dtype, str(x.dtype))
+            self.shape, self.ptr, self.device = tuple(x.shape), x.data_ptr(), x.device.index
+            self.contiguous = x.is_contiguous()
+            return
+        cai = getattr(x, "__cuda_array_interface__", None)
+        if not isinstance(cai, dict):
+            raise TypeError("%s must be a torch CUDA tensor or have __cuda_array_interface__ (got %s)"
+                            % (name, type(x).__name__))
+        self.dtype = {"<f2": "fp16", "<f4": "fp32"}.get(cai.get("typestr"), cai.get("typestr"))
+        self.shape, self.ptr, self.device = tuple(cai["shape"]), int(cai["data"][0] or 0), None
+        dense, step = [], {"fp16": 2, "fp32": 4}.get(self.dtype, 1)
+        for n in reversed(self.shape):
+            dense.insert(0, step)
+            step *= n
+        self.contiguous = cai.get("strides") is None or tuple(cai["strides"]) == tuple(dense)
+
+    def expect(self, shape, dtypes, what):
+        if len(self.shape) != len(shape) or any(a != b for a, b in zip(self.shape, shape) if b is not None):
+            raise ValueError("%s must have shape %s (got %s)" % (self.name, what, list(self.shape)))
+        if self.dtype not in dtypes:
+            raise TypeError("%s must be %s (got %s)" % (self.name, " or ".join(dtypes), self.dtype))
+        if not self.contiguous:
+            raise ValueError("%s must be contiguous, row-major %s (call .contiguous() first)" % (self.name, what))
+        if self.ptr % 16:
+            raise ValueError("%s must start on a 16-byte boundary (its data pointer is 0x%x; a view at an "
+                             "offset can break this: call .clone())" % (self.name, self.ptr))
+
+
+def _check(q, k, v, out, scale):
+    a = [_Arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    a[0].expect([None] * 4, ("fp16", "bf16"), "[B, H, N, D]")
+    B, H, N, D = a[0].shape
+    if min(a[0].shape) < 1:
+        raise ValueError("q must have B, H, N and D of at least 1 (got %s)" % list(a[0].shape))
+    for x in a[1:]:
+        x.expect(a[0].shape, (a[0].dtype,), "%s, the same as q's [B, H, N, D]" % list(a[0].shape))
+    for x in a[1:]:
+        if x.device != a[0].device:
+            raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    if not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError("scale must be a finite number (got %r)" % (scale,))
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError("out must be a pair (o, lse); lse may be None")
+        o = _Arg(out[0], "out[0] (o)")
+        o.expect(a[0].shape, (a[0].dtype,), "%s, q's shape and dtype" % list(a[0].shape))
+        lse = None if out[1] is None else _Arg(out[1], "out[1] (lse)")
+        if lse is not None:
+            lse.expect([B, H, N], ("fp32",), "[%d, %d, %d] float32" % (B, H, N))
+        for x in (o, lse):
+            if x is not None and x.device != a[0].device:
+                raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
+    elif a[0].torch is None:
+        raise TypeError("out=(o, lse) is needed for inputs that are not torch tensors")
+    return a, float(scale)
+
+
+def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None):
+    """O and LSE of attention over q, k, v ([B, H, N, D], one 16-bit dtype, contiguous, one CUDA
+    device). causal: query i sees keys 0..i. scale: default 1/sqrt(D). out=(o, lse): write there
+    (lse may be None) instead of new tensors. stream: a cudaStream_t as an int; default: torch's
+    current stream on q's device (0, the legacy default stream, without torch). Returns (o, lse)."""
+    if stage not in STAGES:
+        raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
+    (aq, ak, av), scale = _check(q, k, v, out, scale)
+    B, H, N, D = aq.shape
+    fwd, status, last, prefix = _load(stage)
+    torch = None
+    if aq.torch is not None:
+        import torch
+    if out is None:
+        o = torch.empty_like(q)
+        lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    else:
+        o, lse = out
+    optr = _Arg(o, "o").ptr
+    lptr = _Arg(lse, "lse").ptr if lse is not None else None
+    if stream is None:
+        stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else 0
+    if torch is not None:
+        with torch.cuda.device(q.device):
+            st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, int(bool(causal)), scale,
+                     _DTYPES[aq.dtype], stream)
+    else:
+        st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, int(bool(causal)), scale,
+                 _DTYPES[aq.dtype], stream)
+    if st != 0:
+        why = status(st).decode()
+        detail = last().decode() if last is not None else ""
+        raise _STATUS.get(st, RuntimeError)("%s_forward (stage %s) refused q of shape %s, %s: %s%s"
+                                            % (prefix, stage, [B, H, N, D], aq.dtype, why,
+                                               ": " + detail if detail else ""))
+    return o, lse

@@ -1,0 +1,44 @@
+# python/python.mk: the fast stages as shared libraries, for python/flashattn_stages.py (ctypes) and
+# any other language with a C FFI. Included by the root Makefile after the stages' own fragments.
+#
+#   make build/libfa2.so   stage 06 (06_fa2_full: fa2_forward, fa2_status_string; see fa2.h)
+#   make shared-libs       every library listed below
+#   make check-python      the libraries, then pytest on python/ (the module and the Triton kernel
+#                          against float64 references; GPU tests skip, saying why, without a GPU)
+#
+# The objects are the ones build/libattn.a is made of (compiled with -fPIC for this), linked with the
+# static CUDA runtime, whose symbols stay inside the library (--exclude-libs): a process that already
+# has another CUDA runtime loaded (PyTorch) cannot interpose its own on the library's calls.
+# One line per stage: $(eval $(call shared_lib,NAME,OBJECTS)) makes $(BUILD)/libNAME.so.
+
+SHARED_LIBS :=
+
+ifneq ($(HAVE_CUDA),)
+
+define shared_lib
+SHARED_LIBS += $(BUILD)/lib$(1).so
+$(BUILD)/lib$(1).so: $(2)
+	$$(CC) -shared -o $$@ $$^ -L$$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm \
+	    -Wl,--exclude-libs,ALL -Wl,--no-undefined
+endef
+
+# Stage 06: its kernel objects as 06_fa2_full/fa2.mk names them (FA2_OBJS once it lists several files).
+$(eval $(call shared_lib,fa2,$(or $(FA2_OBJS),$(FA2_OBJ))))
+
+else
+
+$(BUILD)/libfa2.so:
+	@echo "$@: needs the CUDA build (nvcc not found, or NO_CUDA=1)" >&2; exit 1
+
+endif
+
+.PHONY: shared-libs check-python
+shared-libs: $(SHARED_LIBS)
+
+check-python: $(SHARED_LIBS)
+	@$(PYTHON) -c 'import pytest' 2>/dev/null || { echo "check-python: needs pytest ($(PYTHON) -m pip install pytest)" >&2; exit 1; }
+	$(PYTHON) -m pytest -q -rs python/
+
+ifneq ($(PEERS),0)
+bench: $(SHARED_LIBS)
+endif

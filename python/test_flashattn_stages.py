@@ -1,0 +1,187 @@
+"""Tests of python/flashattn_stages.py: `make check-python` (builds the libraries, runs pytest).
+
+The refusals of bad arguments need neither torch nor a GPU (fake __cuda_array_interface__ objects:
+the checks run before the library is loaded). The results need torch, a CUDA GPU and
+build/libfa2.so; without them those tests skip and say why. Every result is compared, row by row,
+with a float64 reference under the tolerance rule of common/check.c; outputs are poisoned with NaN
+first, so an element never written fails.
+"""
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flashattn_stages as fa  # noqa: E402
+
+U32 = 2.0 ** -24
+
+
+class FakeCuda:
+    """Only what __cuda_array_interface__ promises: the refusals must not need more."""
+
+    def __init__(self, shape, typestr="<f2", ptr=1 << 20, strides=None):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def fakes(shape=(2, 3, 17, 64)):
+    return [FakeCuda(shape, ptr=(i + 1) << 20) for i in range(3)]
+
+
+def out_for(shape, dtype="<f2"):
+    return (FakeCuda(shape, dtype, ptr=4 << 20), FakeCuda(shape[:3], "<f4", ptr=5 << 20))
+
+
+@pytest.mark.parametrize("case, exc, words", [
+    ("3-d q", ValueError, "q must have shape [B, H, N, D]"),
+    ("k shape", ValueError, "k must have shape [2, 3, 17, 64]"),
+    ("fp32 q", TypeError, "q must be fp16 or bf16"),
+    ("strided v", ValueError, "v must be contiguous"),
+    ("misaligned k", ValueError, "k must start on a 16-byte boundary"),
+    ("empty q", ValueError, "at least 1"),
+    ("nan scale", ValueError, "scale must be a finite number"),
+    ("no out", TypeError, "out=(o, lse) is needed"),
+    ("lse shape", ValueError, "out[1] (lse) must have shape [2, 3, 17] float32"),
+    ("o dtype", TypeError, "out[0] (o) must be fp16"),
+    ("not an array", TypeError, "q must be a torch CUDA tensor or have __cuda_array_interface__"),
+    ("stage", ValueError, "stage must be one of"),
+])
+def test_refusals_name_the_argument(case, exc, words):
+    q, k, v = fakes()
+    shape, kw = (2, 3, 17, 64), {"out": out_for((2, 3, 17, 64))}
+    if case == "3-d q":
+        q = FakeCuda((2, 3, 17))
+    elif case == "k shape":
+        k = FakeCuda((2, 3, 18, 64))
+    elif case == "fp32 q":
+        q = FakeCuda(shape, "<f4")
+    elif case == "strided v":
+        v = FakeCuda(shape, strides=(2 * 3 * 17 * 64 * 2, 17 * 64 * 2, 2, 17 * 2))
+    elif case == "misaligned k":
+        k = FakeCuda(shape, ptr=(2 << 20) + 2)
+    elif case == "empty q":
+        q, k, v = fakes((2, 3, 0, 64))
+        kw["out"] = out_for((2, 3, 0, 64))
+    elif case == "nan scale":
+        kw["scale"] = float("nan")
+    elif case == "no out":
+        kw = {}
+    elif case == "lse shape":
+        kw["out"] = (kw["out"][0], FakeCuda((2, 3, 16), "<f4"))
+    elif case == "o dtype":
+        kw["out"] = (FakeCuda(shape, "<f4"), kw["out"][1])
+    elif case == "not an array":
+        q = [[1.0]]
+    elif case == "stage":
+        kw["stage"] = "99"
+    with pytest.raises(exc) as e:
+        fa.forward(q, k, v, **kw)
+    assert words in str(e.value)
+
+
+# ---- on the GPU ------------------------------------------------------------------------------
+
+def gpu_or_skip():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the GPU tests need it")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch %s sees no CUDA GPU" % torch.__version__)
+    if not os.path.exists(fa.library_path("06")):
+        pytest.skip("%s is missing: run make build/libfa2.so (make check-python does)" % fa.library_path("06"))
+    return torch
+
+
+def reference(torch, q, k, v, causal, scale):
+    """float64 O, LSE and check.c's per-element tolerances."""
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    N, D = q.shape[-2], q.shape[-1]
+    s = (q64 @ k64.transpose(-2, -1)) * scale
+    sabs = (q64.abs() @ k64.abs().transpose(-2, -1)) * abs(scale)
+    vrow = v64.abs().amax(-1)                                    # max |v_jd| per key
+    if causal:
+        hide = torch.ones(N, N, dtype=torch.bool, device=q.device).triu_(1)
+        s = s.masked_fill(hide, float("-inf"))
+        sabs = sabs.masked_fill(hide, 0.0)
+        vmax = torch.cummax(vrow, dim=-1).values                 # over keys 0..i
+    else:
+        vmax = vrow.amax(-1, keepdim=True).expand(vrow.shape)
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v64
+    u = 2.0 ** -11 if q.dtype == torch.float16 else 2.0 ** -8
+    ds = U32 * (D + 16) * sabs.amax(-1)
+    tol_o = 2 * u * o.abs() + ((2 * u + 2 * ds + 8 * math.sqrt(N) * U32) * vmax)[..., None] + 1e-7
+    tol_lse = ds + U32 * (8 * math.sqrt(N) + 16) + 4 * U32 * lse.abs() + 1e-6
+    return o, lse, tol_o, tol_lse
+
+
+def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None):
+    gen = torch.Generator(device="cuda").manual_seed(1000 * N + D + causal)
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((B, H, N), float("nan"), device="cuda")
+    got_o, got_lse = fa.forward(q, k, v, causal=causal, scale=scale, out=(o, lse), stream=stream)
+    torch.cuda.synchronize()
+    assert got_o is o and got_lse is lse
+    ref_o, ref_lse, tol_o, tol_lse = reference(torch, q, k, v, causal, scale or 1 / math.sqrt(D))
+    assert bool(torch.isfinite(o).all()), "O has NaN or inf: an element was never written"
+    assert bool(torch.isfinite(lse).all()), "LSE has NaN or inf"
+    worst_o = float(((o.double() - ref_o).abs() / tol_o).max())
+    worst_lse = float(((lse.double() - ref_lse).abs() / tol_lse).max())
+    assert worst_o <= 1.0, "O: worst |err| / tol = %.3g" % worst_o
+    assert worst_lse <= 1.0, "LSE: worst |err| / tol = %.3g" % worst_lse
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N", [1, 17, 129, 1000])
+@pytest.mark.parametrize("D", [64, 128])
+def test_matches_float64_reference(dtype, causal, N, D):
+    torch = gpu_or_skip()
+    run_and_check(torch, 2, 3, N, D, causal, getattr(torch, dtype))
+
+
+@pytest.mark.parametrize("D", [32, 96, 256])
+def test_other_head_dims(D):
+    torch = gpu_or_skip()
+    run_and_check(torch, 1, 2, 77, D, True, torch.float16)
+
+
+def test_scale_and_a_side_stream():
+    torch = gpu_or_skip()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):      # the default stream= is the current one: s
+        run_and_check(torch, 1, 2, 300, 64, False, torch.bfloat16, scale=0.3)
+
+
+def test_new_outputs_and_cuda_array_interface():
+    torch = gpu_or_skip()
+    q, k, v = (torch.randn(1, 2, 65, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    o, lse = fa.forward(q, k, v)
+    assert o.shape == q.shape and o.dtype == q.dtype and lse.shape == (1, 2, 65) and lse.dtype == torch.float32
+
+    class View:   # a non-torch array: the interface alone
+        def __init__(self, t):
+            self.__cuda_array_interface__ = t.__cuda_array_interface__
+    o2, lse2 = torch.full_like(o, float("nan")), torch.full_like(lse, float("nan"))
+    fa.forward(View(q), View(k), View(v), out=(View(o2), View(lse2)),
+               stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+def test_refusals_on_torch_tensors():
+    torch = gpu_or_skip()
+    q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="q must be on a CUDA device"):
+        fa.forward(q.cpu(), q, q)
+    with pytest.raises(TypeError, match="k must be fp16"):
+        fa.forward(q, q.bfloat16(), q)
+    with pytest.raises(ValueError, match="v must be contiguous"):
+        fa.forward(q, q, q.transpose(2, 3))
+    flat = torch.empty(q.numel() + 1, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="k must start on a 16-byte boundary"):
+        fa.forward(q, flat[1:].view(q.shape), q)
+    q80 = torch.randn(1, 2, 64, 80, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="unsupported"):
+        fa.forward(q80, q80, q80)
