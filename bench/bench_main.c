@@ -495,7 +495,8 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
 
     if (!s->run) {
         snprintf(r->status, sizeof r->status, "no-gpu");
-        set_note(r, "not built: nvcc was not found when this was compiled");
+        attn_stage_available(s); /* the reason it was not built: no nvcc, or (stage 10) no NCCL */
+        set_note(r, "%s", attn_last_error());
     } else if (s->on_gpu && !sw->gpu_ok) {
         snprintf(r->status, sizeof r->status, "no-gpu");
         set_note(r, "%s", sw->gpu_why);

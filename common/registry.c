@@ -27,10 +27,11 @@ static int dims_any(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
 static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
 
 /* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
- * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
-#define CPU_ONLY 0, 0, 0, "the CPU"
-#define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)"
-#define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)"
+ * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone; the last number is how many GPUs a stage drives.
+ */
+#define CPU_ONLY 0, 0, 0, "the CPU", 0
+#define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)", 1
+#define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)", 1
 
 #define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
 #define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
@@ -80,6 +81,15 @@ const attn_stage *attn_find_stage(const char *key) {
         if (strcmp(key, st->folder) == 0 || strcmp(key, st->name) == 0) return st;
     }
     return NULL;
+}
+
+attn_status attn_stage_gpus_ok(const attn_stage *s, int gpus) {
+    if (gpus < 0 || gpus > ATTN_MAX_GPUS)
+        return attn_fail(ATTN_EINVAL, "--gpus must be an integer from 1 to %d (got %d)", ATTN_MAX_GPUS, gpus);
+    if (gpus > 1 && s->max_gpus < gpus)
+        return attn_fail(ATTN_EINVAL, "--gpus %d: stage %s runs on %s; only a multi-GPU stage (see --list) "
+                         "takes --gpus above 1", gpus, s->id, s->max_gpus ? "one GPU" : "the CPU");
+    return ATTN_OK;
 }
 
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p) {
