@@ -15,11 +15,18 @@
 #include "04_online_softmax/online_softmax.h"
 #include "05_causal_bands/causal_bands.h"
 #include "06_fa2_full/stage06.h"
+#include "10_context_parallel/stage10.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
 #else
 #define GPU_RUN(fn) NULL
+#endif
+/* Stage 10 also needs NCCL (10_context_parallel/cp.mk looks for it). */
+#if defined(ATTN_HAVE_CUDA) && defined(ATTN_HAVE_NCCL)
+#define NCCL_RUN(fn) (fn)
+#else
+#define NCCL_RUN(fn) NULL
 #endif
 
 /* The head dims each family of kernels takes. Plain C, so that a build without CUDA still answers. */
@@ -28,10 +35,11 @@ static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
 
 /* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
  * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone; the last number is how many GPUs a stage drives.
- */
+ * Stage 10 runs on every GPU of the host that it is given, each sm_80 or newer. */
 #define CPU_ONLY 0, 0, 0, "the CPU", 0
 #define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)", 1
 #define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)", 1
+#define SM80_UP_MULTI 1, 80, 0, "sm_80 or newer GPUs of one host, through NCCL", ATTN_MAX_GPUS
 
 #define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
 #define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
@@ -56,6 +64,10 @@ const attn_stage attn_stages[] = {
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: tensor cores, P kept in registers, cp.async double buffering, swizzled smem, LSE",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
+    {"10", "10_context_parallel", "context_parallel",
+     "past one GPU: Q stays, K/V shards travel a ring of GPUs (NCCL), partials merged by their LSE",
+     SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL,
+     NCCL_RUN(stage10_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
