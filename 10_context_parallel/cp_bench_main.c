@@ -181,7 +181,8 @@ static attn_status run_single(const attn_stage *local, const opts *o, const attn
     if (cudaMalloc(&q, bytes) || cudaMalloc(&k, bytes) || cudaMalloc(&v, bytes) || cudaMalloc(&od, bytes) ||
         cudaMalloc((void **)&ld, lbytes) || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) ||
         cudaEventCreate(&e0) || cudaEventCreate(&e1) || cudaMemcpy(q, in->q, bytes, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(k, in->k, bytes, cudaMemcpyHostToDevice) || cudaMemcpy(v, in->v, bytes, cudaMemcpyHostToDevice))
+        cudaMemcpy(k, in->k, bytes, cudaMemcpyHostToDevice) || cudaMemcpy(v, in->v, bytes, cudaMemcpyHostToDevice) ||
+        cudaDeviceSynchronize()) /* a pageable copy may return before it lands; s does not wait for it */
         st = attn_fail(ATTN_ENOMEM, "one GPU at the full shape: %s", cudaGetErrorString(cudaGetLastError()));
     attn_args a = {q, k, v, od, ld, NULL, (void *)s, 1};
     for (int i = 0; i < o->warmup + o->repeat && st == ATTN_OK; i++) {

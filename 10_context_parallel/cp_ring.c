@@ -130,9 +130,11 @@ static attn_status rank_alloc(cp_ring *R, cp_rank *k, int gathers) {
         if ((st = dev_malloc(&k->vg, slot, &total)) != ATTN_OK) return st;
     }
     /* Padding rows are zero queries and keys for good: scatters write real rows only, and the shards
-     * that arrive carry their sender's zeros. */
+     * that arrive carry their sender's zeros. cudaMemset runs on the legacy stream, which the ring's
+     * non-blocking streams do not wait for: wait here, once. */
     ATTN_CUDA(cudaMemset(k->q, 0, S * slot));
     ATTN_CUDA(cudaMemset(k->kv[0], 0, 2 * S * slot));
+    ATTN_CUDA(cudaDeviceSynchronize());
     R->rank_bytes = total;
     return ATTN_OK;
 }
@@ -298,6 +300,9 @@ attn_status cp_ring_load_host(cp_ring *R, const uint16_t *q, const uint16_t *k, 
             ATTN_CUDA(cudaMemcpy2D(ks + kv_half, s_pitch, (const char *)v + off, g_pitch, a * row, BH,
                                    cudaMemcpyHostToDevice));
         }
+        /* From pageable memory cudaMemcpy2D may return before its DMA lands, and the ring's streams
+         * do not wait for the legacy stream. */
+        ATTN_CUDA(cudaDeviceSynchronize());
     }
     return ATTN_OK;
 }

@@ -44,7 +44,7 @@ void cp_ring_destroy(cp_ring *R);
  * already on src_stream. Q, K, V must not change before the next cp_ring_gather completes. */
 attn_status cp_ring_scatter(cp_ring *R, const void *q, const void *k, const void *v, int src_dev,
                             void *src_stream);
-/* The same from host memory, synchronously. */
+/* The same from host memory, synchronously (no pass may be in flight). */
 attn_status cp_ring_load_host(cp_ring *R, const uint16_t *q, const uint16_t *k, const uint16_t *v);
 /* One pass of the ring (what: CP_RUN_*) with the problem's scale; returns without waiting. */
 attn_status cp_ring_run(cp_ring *R, float scale, int what);
