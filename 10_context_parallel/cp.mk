@@ -4,8 +4,8 @@
 #   make cp-proof         bash 10_context_parallel/gpu_proof.sh (the 2-GPU table; needs the GPUs)
 #
 # NCCL is looked for in NCCL_HOME when it is set (and only there), otherwise in the CUDA toolkit,
-# then in a Python environment's nvidia-nccl package (PyTorch's: nvidia/nccl/{include,lib}), then in
-# /usr. A folder counts when it has include/nccl.h and lib64/, lib/ or lib/x86_64-linux-gnu/ holds
+# then in a Python environment's nvidia-nccl-cu13/-cu12 package (PyTorch's: site-packages/nvidia/nccl,
+# or nvidia/cu13, with include/ and lib/), then in /usr. A folder counts when it has include/nccl.h and lib64/, lib/ or lib/x86_64-linux-gnu/ holds
 # libnccl.so or libnccl.so.2. Without NCCL stage 10 is not built, and --list, the tests and the bench
 # say so. The library is linked by its path with an rpath, so nothing needs LD_LIBRARY_PATH.
 
@@ -19,9 +19,9 @@ ifneq ($(NCCL_HOME),)
 NCCL_PLACES := $(NCCL_HOME)
 else
 NCCL_PLACES := $(CUDA_HOME) $(CUDA_HOME)/targets/x86_64-linux \
-    $(wildcard /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl /opt/*/lib/python3*/site-packages/nvidia/nccl \
-               /usr/local/lib/python3*/dist-packages/nvidia/nccl /usr/local/lib/python3*/site-packages/nvidia/nccl \
-               /usr/lib/python3/dist-packages/nvidia/nccl) /usr
+    $(foreach p,nvidia/nccl nvidia/cu13 nvidia/cu12,$(wildcard /opt/*/.venv/lib/python3*/site-packages/$(p) \
+        /opt/*/lib/python3*/site-packages/$(p) /usr/local/lib/python3*/dist-packages/$(p) \
+        /usr/local/lib/python3*/site-packages/$(p) /usr/lib/python3/dist-packages/$(p))) /usr
 endif
 NCCL_DIR := $(firstword $(foreach d,$(NCCL_PLACES),$(if $(call nccl_ok,$(d)),$(d))))
 # Last resort, only when nothing above has it: ask the python3 on PATH where its nvidia.nccl lives.

@@ -113,8 +113,12 @@ static attn_status rank_alloc(cp_ring *R, cp_rank *k, int gathers) {
         snprintf(why, sizeof why, "%s", attn_last_error());
         return attn_fail(ATTN_ENODEV, "stage 10: GPU %d cannot run the local stage: %s", k->dev, why);
     }
-    ATTN_CUDA(cudaStreamCreateWithFlags(&k->compute, cudaStreamNonBlocking));
-    ATTN_CUDA(cudaStreamCreateWithFlags(&k->comm, cudaStreamNonBlocking));
+    /* The exchange's kernels (NCCL's) get the higher priority: when an attention block retires, the
+     * SM goes to them first, so a step's exchange does not wait behind a whole grid of attention. */
+    int least = 0, greatest = 0;
+    ATTN_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    ATTN_CUDA(cudaStreamCreateWithPriority(&k->compute, cudaStreamNonBlocking, least));
+    ATTN_CUDA(cudaStreamCreateWithPriority(&k->comm, cudaStreamNonBlocking, greatest));
     cudaEvent_t *ev[5] = {&k->ev_start, &k->ev_computed, &k->ev_arrived, &k->ev_sent, &k->ev_done};
     for (int i = 0; i < 5; i++) ATTN_CUDA(cudaEventCreateWithFlags(ev[i], cudaEventDisableTiming));
     if ((st = dev_malloc(&k->q, S * slot, &total)) != ATTN_OK) return st;
