@@ -85,7 +85,16 @@ static attn_status copy_rows(void *dst, size_t dst_pitch, int dst_dev, const voi
     prm.srcDevice = src_dev;
     prm.dstDevice = dst_dev;
     prm.extent = (struct cudaExtent){width, height, 1};
-    ATTN_CUDA(cudaMemcpy3DPeerAsync(&prm, stream));
+    if (cudaMemcpy3DPeerAsync(&prm, stream) == cudaSuccess) return ATTN_OK;
+    /* Should a driver refuse the pitched peer copy: a 2D copy between devices through
+     * unified addressing, then one plain peer copy per row block, do the same. */
+    cudaGetLastError();
+    if (cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream) == cudaSuccess)
+        return ATTN_OK;
+    cudaGetLastError();
+    for (size_t h = 0; h < height; h++)
+        ATTN_CUDA(cudaMemcpyPeerAsync((char *)dst + h * dst_pitch, dst_dev, (const char *)src + h * src_pitch, src_dev,
+                                      width, stream));
     return ATTN_OK;
 }
 
