@@ -71,6 +71,7 @@ all: $(ATTN)
 info:
 	@echo "stages: $(STAGE_DIRS)"
 	@echo "nvcc:   $(if $(NVCC),$(NVCC),not found: GPU stages are not built)"
+	@echo "nccl:   $(NCCL_INFO)"
 
 $(BUILD)/obj/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)

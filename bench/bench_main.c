@@ -275,8 +275,8 @@ static int cannot_run(const sweep_t *sw, const attn_stage *s, const attn_problem
     if (!st) return 0;
     if (r) {
         snprintf(r->status, sizeof r->status, "%s", st);
-        set_note(r, "%s", !s->run ? "not built: nvcc was not found when this was compiled"
-                        : s->on_gpu && !sw->gpu_ok ? sw->gpu_why : attn_last_error());
+        if (!s->run) attn_stage_available(s); /* the reason it was not built: no nvcc, or (stage 10) no NCCL */
+        set_note(r, "%s", s->run && s->on_gpu && !sw->gpu_ok ? sw->gpu_why : attn_last_error());
     }
     return 1;
 }

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
             "warm-up (CUDA events on the GPU), TFLOP/s (4*B*H*N*N*D, half when causal), and the\n"
             "device memory the stage needs beyond Q, K, V, O and LSE.\n"
             "\n"
-            "  --stage ID        stage to run: 01..06, or its folder or name (see --list)\n"
+            "  --stage ID        stage to run: its id, folder or name (see --list)\n"
             "  --batch B         batch size, 1..%d (default 2)\n"
             "  --heads H         heads, 1..%d (default 8)\n"
             "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"
@@ -38,6 +38,9 @@ static void usage(FILE *f) {
             "  --causal          query i sees keys 0..i only\n"
             "  --scale S         score scale, finite and non-zero (default 1/sqrt(D))\n"
             "  --dtype T         fp16 or bf16 (default fp16; bf16 where the stage supports it)\n"
+            "  --gpus G          GPUs of this host that a multi-GPU stage (10) splits the problem\n"
+            "                    over, 1..%d and at most the GPUs present (default: all of them);\n"
+            "                    single-GPU stages take 1 only\n"
             "  --seed N          seed of the random inputs, 0..2^63-1 (default 1)\n"
             "  --init KIND       random inputs: normal, large (scores in the thousands), first-max\n"
             "                    (each row's max on key 0), rising (max grows every key tile)\n"
@@ -61,7 +64,7 @@ static void usage(FILE *f) {
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
             "CUDA error), 2 bad input.\n"
             "Example: build/attn --stage 02 --batch 4 --heads 32 --seq 4096 --dim 64 --causal --check\n",
-            ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D);
+            ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_GPUS);
 }
 
 /* One line on stderr naming the argument and what is allowed; returns the usage exit status. */
@@ -117,7 +120,10 @@ static int dir_writable(const char *dir) {
 }
 
 static void print_result(const attn_stage *s, const attn_problem *p, const attn_result *r) {
-    printf("stage    %s %s (%s)\n", s->id, s->name, s->on_gpu ? attn_gpu_name() : "cpu");
+    if (s->max_gpus > 1)
+        printf("stage    %s %s (%d x %s)\n", s->id, s->name, r->gpus, attn_gpu_name());
+    else
+        printf("stage    %s %s (%s)\n", s->id, s->name, s->on_gpu ? attn_gpu_name() : "cpu");
     printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s scale=%g\n", (long long)p->B, (long long)p->H,
            (long long)p->N, (long long)p->D, p->causal ? "causal" : "non-causal",
            attn_dtype_name(p->dtype), (double)p->scale);
@@ -169,7 +175,7 @@ static int save_outputs(const char *dir, const attn_stage *s, const attn_problem
 
 int main(int argc, char **argv) {
     const char *stage_key = NULL, *load_dir = NULL, *save_dir = NULL;
-    long long B = 2, H = 8, N = 1024, D = 64, seed = 1, repeat = -1, warmup = -1, check_rows = 256;
+    long long B = 2, H = 8, N = 1024, D = 64, seed = 1, repeat = -1, warmup = -1, check_rows = 256, gpus = 0;
     int causal = 0, check = 0, have_scale = 0;
     double scale = 0.0;
     attn_dtype dtype = ATTN_F16;
@@ -232,6 +238,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--warmup")) {
             NEED_VALUE();
             if (parse_i64("--warmup", val, 0, 1000, &warmup)) return EXIT_USAGE;
+        } else if (!strcmp(a, "--gpus")) {
+            NEED_VALUE();
+            if (parse_i64("--gpus", val, 1, ATTN_MAX_GPUS, &gpus)) return EXIT_USAGE;
         } else if (!strcmp(a, "--check-rows")) {
             NEED_VALUE();
             if (parse_i64("--check-rows", val, 0, 1000000, &check_rows)) return EXIT_USAGE;
@@ -276,6 +285,7 @@ int main(int argc, char **argv) {
     const attn_stage *s = attn_find_stage(stage_key);
     if (!s) return bad("--stage: unknown stage '%s' (see --list for 01..%s)", stage_key,
                        attn_stages[attn_num_stages - 1].id);
+    if (attn_stage_gpus_ok(s, (int)gpus) != ATTN_OK) return bad("%s", attn_last_error());
     if (save_dir && !dir_writable(save_dir))
         return bad("--save: '%s' is not a writable directory", save_dir);
     if (save_dir && dtype != ATTN_F16)
@@ -316,6 +326,7 @@ int main(int argc, char **argv) {
     opt.check = check;
     opt.check_rows = check_rows;
     opt.seed = (uint64_t)seed;
+    opt.gpus = (int)gpus;
     uint16_t *o = save_dir ? malloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
     float *lse = save_dir ? malloc((size_t)attn_rows(&p) * 4) : NULL;
     if (save_dir && (!o || !lse)) {

@@ -14,6 +14,7 @@
 attn_status attn_gpu_available(void) {
     return attn_fail(ATTN_ENODEV, "this build has no CUDA (nvcc was not found when it was built)");
 }
+int attn_gpu_count(void) { return 0; }
 const char *attn_gpu_name(void) { return "none"; }
 attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
@@ -61,12 +62,29 @@ static int gpu_sm(void) {
     return 10 * major + minor;
 }
 
+int attn_gpu_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 attn_status attn_stage_available(const attn_stage *s) {
+    /* A multi-GPU stage is built only where NCCL was found too (10_context_parallel/cp.mk). */
+    if (!s->run && s->max_gpus > 1)
+        return attn_fail(ATTN_ENODEV, "stage %s was not built: it needs NCCL, and NCCL was not found when "
+                         "this was built (set NCCL_HOME to a folder with include/nccl.h and "
+                         "lib/libnccl.so; `make info` says where it looked)", s->id);
     if (!s->run)
         return attn_fail(ATTN_ENODEV, "stage %s was not built: nvcc was not found when this was built", s->id);
     if (!s->on_gpu) return ATTN_OK;
-    if (attn_gpu_available() != ATTN_OK)
-        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
+    if (attn_gpu_available() != ATTN_OK) {
+        char why[512]; /* attn_fail writes the buffer attn_last_error() points to: copy it first */
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, why);
+    }
     const int sm = gpu_sm();
     if (sm < 0) return attn_fail(ATTN_ENODEV, "stage %s: cannot read the GPU's compute capability", s->id);
     if ((s->min_sm && sm < s->min_sm) || (s->max_sm && sm > s->max_sm))
@@ -142,8 +160,11 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     const size_t in_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     const size_t ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
     attn_status st = attn_gpu_available();
-    if (st != ATTN_OK)
-        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
+    if (st != ATTN_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, why);
+    }
 
     /* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply
      * crashes when it does not fit; here the run is refused with the numbers. */
@@ -185,7 +206,7 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     }
     res->extra_bytes = ws_bytes;
 
-    attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream};
+    attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream, opt->gpus};
     /* The first run is the one that is checked: poisoned first, its output copied out. */
     if ((st = poison(b, in_bytes, lse_bytes)) != ATTN_OK) return st;
     if ((st = s->run(p, &a)) != ATTN_OK) return st;

@@ -150,8 +150,11 @@ attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_proble
         p.B = arr[0].shape[0], p.H = arr[0].shape[1], p.N = arr[0].shape[2], p.D = arr[0].shape[3];
         if (!(p0->scale > 0.0f || p0->scale < 0.0f) && p.D > 0) p.scale = (float)(1.0 / sqrt((double)p.D));
         st = attn_problem_validate(&p);
-        if (st != ATTN_OK)
-            st = attn_fail(ATTN_EIO, "%s: %s", path[0], attn_last_error());
+        if (st != ATTN_OK) {
+            char why[512]; /* attn_fail writes the buffer attn_last_error() points to */
+            snprintf(why, sizeof why, "%s", attn_last_error());
+            st = attn_fail(ATTN_EIO, "%s: %s", path[0], why);
+        }
     }
     if (st == ATTN_OK) st = alloc_inputs(in, &p);
     if (st == ATTN_OK) st = convert_tensor(&arr[0], path[0], p.dtype, in->q);
@@ -173,6 +176,7 @@ attn_run_opts attn_run_opts_default(void) {
     o.check_rows = 256;
     o.seed = 1;
     o.cold_l2 = 0;
+    o.gpus = 0;
     return o;
 }
 
@@ -191,7 +195,7 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
                            attn_result *res, uint16_t *o, float *lse) {
     const attn_problem *p = &in->p;
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
-    attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL};
+    attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1};
     const int runs = opt->repeat > 0 ? opt->repeat : 1;
     double *ms = malloc((size_t)runs * sizeof(double));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
@@ -226,6 +230,16 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     if ((st = attn_stage_available(s)) != ATTN_OK) return st;
     if (opt->repeat < 0 || opt->warmup < 0)
         return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
+    if ((st = attn_stage_gpus_ok(s, opt->gpus)) != ATTN_OK) return st;
+    /* The default: every GPU present for a multi-GPU stage (a stage that cannot use that many says
+     * so), one for the others. */
+    attn_run_opts o_gpus = *opt;
+    if (o_gpus.gpus == 0) {
+        const int n = attn_gpu_count();
+        o_gpus.gpus = s->max_gpus > 1 ? (n < 1 ? 1 : n > s->max_gpus ? s->max_gpus : n) : 1;
+    }
+    res->gpus = s->on_gpu ? o_gpus.gpus : 0;
+    opt = &o_gpus;
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     uint16_t *o = o_host ? o_host : malloc(o_bytes);
     float *lse = lse_host && s->writes_lse ? lse_host : malloc(lse_bytes);

@@ -77,6 +77,8 @@ typedef struct {
     int cold_l2;        /* GPU stages: 1 writes a buffer of 4x the GPU's L2 size before every timed run
                            (outside the timed window), so no run finds Q, K, V in L2 from the one
                            before; 0 (default): warm, as back-to-back calls in a model see them */
+    int gpus;           /* GPUs for a multi-GPU stage (stage 10): 0 = every GPU present; other
+                           stages take 0 or 1. Default 0 */
 } attn_run_opts;
 
 typedef struct {
@@ -90,6 +92,7 @@ typedef struct {
                                 0: they differ; -1: not compared (no check asked, or one run) */
     int checked;
     attn_check chk;
+    int gpus;                /* GPUs the stage was asked to use: 1 for a single-GPU stage, 0 on the CPU */
 } attn_result;
 
 attn_run_opts attn_run_opts_default(void);
@@ -109,6 +112,8 @@ attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_
 
 /* ATTN_OK if a usable CUDA device is present, else ATTN_ENODEV with the reason. */
 attn_status attn_gpu_available(void);
+/* How many CUDA devices this process sees (0 without a GPU or without CUDA). */
+int attn_gpu_count(void);
 /* "NVIDIA H200" or "none" */
 const char *attn_gpu_name(void);
 attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes);

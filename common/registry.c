@@ -18,11 +18,18 @@
 #include "07_tma_wgmma/stage07.h"
 #include "08_warp_specialized/stage08.h"
 #include "09_overlap/stage09.h"
+#include "10_context_parallel/stage10.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
 #else
 #define GPU_RUN(fn) NULL
+#endif
+/* Stage 10 also needs NCCL (10_context_parallel/cp.mk looks for it). */
+#if defined(ATTN_HAVE_CUDA) && defined(ATTN_HAVE_NCCL)
+#define NCCL_RUN(fn) (fn)
+#else
+#define NCCL_RUN(fn) NULL
 #endif
 
 /* The head dims each family of kernels takes. Plain C, so that a build without CUDA still answers. */
@@ -31,10 +38,12 @@ static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
 static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
 /* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
- * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
-#define CPU_ONLY 0, 0, 0, "the CPU"
-#define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)"
-#define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)"
+ * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone; the last number is how many GPUs a stage drives.
+ * Stage 10 runs on every GPU of the host that it is given, each sm_80 or newer. */
+#define CPU_ONLY 0, 0, 0, "the CPU", 0
+#define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)", 1
+#define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)", 1
+#define SM80_UP_MULTI 1, 80, 0, "sm_80 or newer GPUs of one host, through NCCL", ATTN_MAX_GPUS
 
 #define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
 #define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
@@ -68,6 +77,10 @@ const attn_stage attn_stages[] = {
     {"09", "09_overlap", "overlap",
      "softmax under the tensor cores: two consumer warpgroups ping-pong their GEMMs, softmax j runs under P V of j-1",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage09_run)},
+    {"10", "10_context_parallel", "context_parallel",
+     "past one GPU: Q stays, K/V shards travel a ring of GPUs (NCCL), partials merged by their LSE",
+     SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL,
+     NCCL_RUN(stage10_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
@@ -93,6 +106,15 @@ const attn_stage *attn_find_stage(const char *key) {
         if (strcmp(key, st->folder) == 0 || strcmp(key, st->name) == 0) return st;
     }
     return NULL;
+}
+
+attn_status attn_stage_gpus_ok(const attn_stage *s, int gpus) {
+    if (gpus < 0 || gpus > ATTN_MAX_GPUS)
+        return attn_fail(ATTN_EINVAL, "--gpus must be an integer from 1 to %d (got %d)", ATTN_MAX_GPUS, gpus);
+    if (gpus > 1 && s->max_gpus < gpus)
+        return attn_fail(ATTN_EINVAL, "--gpus %d: stage %s runs on %s; only a multi-GPU stage (see --list) "
+                         "takes --gpus above 1", gpus, s->id, s->max_gpus ? "one GPU" : "the CPU");
+    return ATTN_OK;
 }
 
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p) {

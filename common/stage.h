@@ -6,6 +6,9 @@
  *   - GPU stages get device pointers and a cudaStream_t (as void *); they launch their kernels on
  *     that stream, check every launch (cudaGetLastError) and return without synchronising.
  *   - The CPU stage gets host pointers and ignores the stream.
+ *   - A multi-GPU stage (max_gpus > 1: stage 10) gets the same pointers on the current GPU and the
+ *     number of GPUs to spread the problem over; what it does on the others is its own business, but
+ *     the work it enqueues ends on the given stream, so the harness times it like any other.
  * Scratch memory that grows with the problem (stage 02's N x N scores) is not allocated by the stage:
  * the stage says how much it needs (workspace_bytes) and the harness allocates it once, checks that
  * it fits before allocating, accounts for it in the memory column and passes it in.
@@ -25,7 +28,11 @@ typedef struct {
     float *lse;            /* [B, H, N] float32; written only by stages with writes_lse */
     void *workspace;       /* workspace_bytes(p) bytes, or NULL when that is 0 */
     void *stream;          /* cudaStream_t for GPU stages, NULL for the CPU stage */
+    int gpus;              /* GPUs a multi-GPU stage spreads the problem over (>= 1); others: 1 */
 } attn_args;
+
+/* The most GPUs of one host that a multi-GPU stage is asked to drive (--gpus). */
+#define ATTN_MAX_GPUS 64
 
 typedef struct {
     const char *id;     /* "01" .. "06" */
@@ -38,6 +45,9 @@ typedef struct {
      * exist in sm_90a code, which no other GPU runs). 0 = no bound. arch_text says it for messages. */
     int min_sm, max_sm;
     const char *arch_text; /* "sm_80 or newer (A100, RTX 30/40, H100, H200)" */
+    /* 0 for the CPU stage, 1 for a stage that runs on one GPU, ATTN_MAX_GPUS for one that splits a
+     * problem over the GPUs of a host through NCCL (built only where NCCL was found). */
+    int max_gpus;
     int writes_lse;
     unsigned dtypes;        /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
     const char *dims_text;  /* the head dims it takes, for messages and --list: "1..256" */
@@ -68,6 +78,10 @@ attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);
 attn_status attn_stage_available(const attn_stage *s);
 /* 1 when the GPU stages were compiled into this build. */
 int attn_built_with_cuda(void);
+/* ATTN_OK when stage s may be asked to use `gpus` GPUs (0: the default, every GPU present for a
+ * multi-GPU stage); otherwise ATTN_EINVAL with a message naming --gpus and the allowed range. Says
+ * nothing about how many GPUs this machine has: the stage itself refuses more than are present. */
+attn_status attn_stage_gpus_ok(const attn_stage *s, int gpus);
 
 #ifdef __cplusplus
 }

@@ -121,7 +121,7 @@ static void run_stage01(const attn_problem *p, attn_inputs *in, uint16_t **o, fl
     *o = malloc((size_t)attn_qkv_elems(p) * 2);
     *lse = malloc((size_t)attn_rows(p) * 4);
     cr_assert(*o && *lse);
-    attn_args a = {in->q, in->k, in->v, *o, *lse, NULL, NULL};
+    attn_args a = {in->q, in->k, in->v, *o, *lse, NULL, NULL, 1};
     cr_assert_eq(stage01_run(p, &a), ATTN_OK, "%s", attn_last_error());
 }
 
