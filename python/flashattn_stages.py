@@ -26,6 +26,9 @@ __all__ = ["forward", "stages", "library_path"]
 # A later fast stage adds one line here and one $(eval ...) line in python/python.mk.
 STAGES = {
     "06": ("libfa2.so", "fa2"),
+    "07": ("libtma_wgmma.so", "tma_wgmma"),         # sm_90 (H100, H200) only
+    "08": ("libwarp_specialized.so", "warp_specialized"),
+    "09": ("liboverlap.so", "overlap"),
 }
 
 _DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype

@@ -115,12 +115,21 @@ def reference(torch, q, k, v, causal, scale):
     return o, lse, tol_o, tol_lse
 
 
-def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None):
+def stage_or_skip(torch, stage):
+    """The Hopper stages (07-09) need an sm_90 GPU and their library."""
+    if stage != "06" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("stage %s needs an sm_90 GPU (H100, H200); this one is sm_%d%d"
+                    % ((stage,) + torch.cuda.get_device_capability()))
+    if not os.path.exists(fa.library_path(stage)):
+        pytest.skip("%s is missing: run make shared-libs (make check-python does)" % fa.library_path(stage))
+
+
+def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None, stage="06"):
     gen = torch.Generator(device="cuda").manual_seed(1000 * N + D + causal)
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     lse = torch.full((B, H, N), float("nan"), device="cuda")
-    got_o, got_lse = fa.forward(q, k, v, causal=causal, scale=scale, out=(o, lse), stream=stream)
+    got_o, got_lse = fa.forward(q, k, v, causal=causal, scale=scale, out=(o, lse), stream=stream, stage=stage)
     torch.cuda.synchronize()
     assert got_o is o and got_lse is lse
     ref_o, ref_lse, tol_o, tol_lse = reference(torch, q, k, v, causal, scale or 1 / math.sqrt(D))
@@ -136,9 +145,11 @@ def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("N", [1, 17, 129, 1000])
 @pytest.mark.parametrize("D", [64, 128])
-def test_matches_float64_reference(dtype, causal, N, D):
+@pytest.mark.parametrize("stage", ["06", "07", "08", "09"])
+def test_matches_float64_reference(stage, dtype, causal, N, D):
     torch = gpu_or_skip()
-    run_and_check(torch, 2, 3, N, D, causal, getattr(torch, dtype))
+    stage_or_skip(torch, stage)
+    run_and_check(torch, 2, 3, N, D, causal, getattr(torch, dtype), stage=stage)
 
 
 @pytest.mark.parametrize("D", [32, 96, 256])

@@ -1,0 +1,10 @@
+/*
+ * 07_tma_wgmma/tma_wgmma_lib.c: stage 07 as a C library (build/libtma_wgmma.so: make shared-libs): tma_wgmma_forward(),
+ * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
+ */
+#ifdef ATTN_HAVE_CUDA
+#include "stage_lib.h"
+#include "stage07.h"
+
+ATTN_STAGE_LIBRARY(tma_wgmma, stage07_run)
+#endif

@@ -1,0 +1,10 @@
+/*
+ * 09_overlap/overlap_lib.c: stage 09 as a C library (build/liboverlap.so: make shared-libs): overlap_forward(),
+ * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
+ */
+#ifdef ATTN_HAVE_CUDA
+#include "stage_lib.h"
+#include "stage09.h"
+
+ATTN_STAGE_LIBRARY(overlap, stage09_run)
+#endif
