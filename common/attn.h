@@ -58,8 +58,9 @@ double attn_flops(const attn_problem *p);
 const char *attn_dtype_name(attn_dtype t);
 
 const char *attn_status_name(attn_status s);
-/* Formats the thread's last error message (printf-style) and returns s, so that callers can write
- * `return attn_fail(ATTN_EINVAL, "--seq must be ...")`. */
+/* Formats the thread's last error message (printf-style, up to 8191 bytes) and returns s, so that
+ * callers can write `return attn_fail(ATTN_EINVAL, "--seq must be ...")`. The arguments may include
+ * attn_last_error() itself, to prefix a reason with context: the text is formatted aside first. */
 attn_status attn_fail(attn_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

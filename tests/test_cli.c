@@ -219,3 +219,26 @@ Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
     cr_assert(!file_exists(out_dir, "o.npy") && !file_exists(out_dir, "lse.npy") &&
               !file_exists(out_dir, "o.npy.tmp"), "nothing may be written for bad input");
 }
+
+/* ---- reliability: what a hostile user found (issue 15) ------------------------------------ */
+
+static void write_f16(const char *dir, const char *name, const int64_t *shape) {
+    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    uint16_t *buf = calloc((size_t)n, 2);
+    for (int64_t e = 0; e < n; e++) buf[e] = attn_f2h((float)sin(0.7 * (double)e));
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(npy_write(path, NPY_F16, 4, shape, buf), ATTN_OK, "%s", attn_last_error());
+    free(buf);
+}
+
+/* An out-of-range shape in the files is reported with its reason (it used to print "q.npy: q.npy: "
+ * and nothing else: the reason was formatted into the buffer it was read from). */
+Test(cli, load_shape_errors_keep_their_reason) {
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 1, 4, 300};
+    write_f16(dir, "q.npy", shape), write_f16(dir, "k.npy", shape), write_f16(dir, "v.npy", shape);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir);
+    EXPECT_USAGE(args, "q.npy: dim must be 1..256 (got 300)");
+}
