@@ -3,7 +3,9 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Long enough for two full paths (PATH_MAX 4096 each on Linux) and a reason. */
@@ -81,3 +83,13 @@ attn_status attn_fail(attn_status s, const char *fmt, ...) {
 
 const char *attn_last_error(void) { return attn_err_msg; }
 void attn_clear_error(void) { attn_err_msg[0] = '\0'; }
+
+void *attn_alloc(size_t bytes) {
+    static atomic_llong calls;
+    const char *fail = getenv("ATTN_FAIL_ALLOC");
+    if (fail && *fail) {
+        const long long n = atomic_fetch_add(&calls, 1) + 1;
+        if (n == atoll(fail)) return NULL;
+    }
+    return malloc(bytes ? bytes : 1);
+}

@@ -69,6 +69,12 @@ attn_status attn_fail(attn_status s, const char *fmt, ...)
 const char *attn_last_error(void);
 void attn_clear_error(void);
 
+/* malloc for the host buffers of the library and the front end, with a fault injector for the
+ * tests: when the environment variable ATTN_FAIL_ALLOC is a number N >= 1, the Nth call in this
+ * process (counted over all threads, from 1) returns NULL, so that every out-of-memory path can be
+ * reached on purpose. Free the result with free(). */
+void *attn_alloc(size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

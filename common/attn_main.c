@@ -316,8 +316,8 @@ int main(int argc, char **argv) {
     opt.check = check;
     opt.check_rows = check_rows;
     opt.seed = (uint64_t)seed;
-    uint16_t *o = save_dir ? malloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
-    float *lse = save_dir ? malloc((size_t)attn_rows(&p) * 4) : NULL;
+    uint16_t *o = save_dir ? attn_alloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
+    float *lse = save_dir ? attn_alloc((size_t)attn_rows(&p) * 4) : NULL;
     if (save_dir && (!o || !lse)) {
         fprintf(stderr, "attn: cannot allocate host memory for the outputs to save\n");
         free(o), free(lse), attn_inputs_free(&in);

@@ -56,10 +56,10 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
     const attn_problem *p = &in->p;
     const int64_t D = p->D;
     memset(c, 0, sizeof *c);
-    double *ref_o = malloc((size_t)(nrows * D) * sizeof(double));
-    double *ref_lse = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
-    double *vmax = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
-    double *sabs = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *ref_o = attn_alloc((size_t)(nrows * D) * sizeof(double));
+    double *ref_lse = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *vmax = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *sabs = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
     if (!ref_o || !ref_lse || !vmax || !sabs) {
         free(ref_o), free(ref_lse), free(vmax), free(sabs);
         return attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference for %lld rows",
@@ -147,7 +147,7 @@ attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extr
     /* Small problems are checked whole: up to 2^31 multiply-adds of reference work. */
     const int all = (double)total * (double)N * (double)p->D <= 2147483648.0;
     int64_t cap = all ? total : (full_heads ? 2 * N : 0) + extra + 2 * extra;
-    int64_t *rows = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
+    int64_t *rows = attn_alloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
     if (!rows) return attn_fail(ATTN_ENOMEM, "check: cannot allocate the row sample");
     int64_t n = 0;
     if (all) {

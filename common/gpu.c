@@ -184,7 +184,7 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     for (int w = 0; w < opt->warmup; w++) {
         if ((st = s->run(p, &a)) != ATTN_OK) return st;
     }
-    float *ms = malloc((size_t)(opt->repeat > 0 ? opt->repeat : 1) * sizeof(float));
+    float *ms = attn_alloc((size_t)(opt->repeat > 0 ? opt->repeat : 1) * sizeof(float));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
     for (int r = 0; r < opt->repeat && st == ATTN_OK; r++) {
         /* Poison outside the timed window, so every timed run writes a fresh output. */
@@ -212,8 +212,8 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     /* Bit-for-bit repeatability of the last timed run against the first (checked) one. */
     res->identical = -1;
     if (opt->check && res->runs > 0) {
-        uint16_t *o2 = malloc(in_bytes);
-        float *l2 = s->writes_lse ? malloc(lse_bytes) : NULL;
+        uint16_t *o2 = attn_alloc(in_bytes);
+        float *l2 = s->writes_lse ? attn_alloc(lse_bytes) : NULL;
         if (!o2 || (s->writes_lse && !l2)) {
             free(o2), free(l2);
             return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");

@@ -50,7 +50,7 @@ static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
     memset(in, 0, sizeof *in);
     in->p = *p;
     const size_t bytes = (size_t)attn_qkv_elems(p) * 2;
-    in->q = malloc(bytes), in->k = malloc(bytes), in->v = malloc(bytes);
+    in->q = attn_alloc(bytes), in->k = attn_alloc(bytes), in->v = attn_alloc(bytes);
     if (!in->q || !in->k || !in->v) {
         attn_inputs_free(in);
         return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for Q, K and V",
@@ -192,7 +192,7 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL};
     const int runs = opt->repeat > 0 ? opt->repeat : 1;
-    double *ms = malloc((size_t)runs * sizeof(double));
+    double *ms = attn_alloc((size_t)runs * sizeof(double));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
     attn_status st = ATTN_OK;
     for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, &a);
@@ -226,8 +226,8 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     if (opt->repeat < 0 || opt->warmup < 0)
         return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
-    uint16_t *o = o_host ? o_host : malloc(o_bytes);
-    float *lse = lse_host && s->writes_lse ? lse_host : malloc(lse_bytes);
+    uint16_t *o = o_host ? o_host : attn_alloc(o_bytes);
+    float *lse = lse_host && s->writes_lse ? lse_host : attn_alloc(lse_bytes);
     if (!o || !lse) {
         if (o != o_host) free(o);
         if (lse != lse_host) free(lse);

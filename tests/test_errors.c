@@ -1,8 +1,13 @@
 /*
  * test_errors.c: failures reported as they happen. A last-error message survives being quoted in
  * the next one; every shell script of the repository parses, and the Criterion installer prints its
- * advice where it cannot install.
+ * advice where it cannot install; an allocation that fails anywhere in stage 01, the check or the
+ * harness gives exit status 1 and one line, never a hang (stage 01's OpenMP region), a crash or a
+ * half-saved result.
  */
+#include <dirent.h>
+
+#include "npy.h"
 #include "test_util.h"
 
 static char out[65536];
@@ -62,3 +67,58 @@ Test(errors, ensure_criterion_says_what_to_install) {
     run_cmd(cmd, out, sizeof out);
 }
 
+/* ---- injected allocation failures ---------------------------------------------------------- */
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* ATTN_FAIL_ALLOC=n fails the n-th allocation: n = 1, 2, ... until the run gets through. Every run
+ * before that must exit 1 with a line that says what could not be allocated, within 60 s (stage 01
+ * used to allocate inside its OpenMP region, where one thread's failure left the others waiting at
+ * a barrier forever), and must leave the --save directory as it was. */
+static void sweep(const char *args, const char *save_dir, int expect_files) {
+    char cmd[4096];
+    int n;
+    for (n = 1; n < 2000; n++) {
+        snprintf(cmd, sizeof cmd, "ATTN_FAIL_ALLOC=%d OMP_NUM_THREADS=4 timeout 60 %s %s", n, attn_bin(), args);
+        int rc = run_cmd(cmd, out, sizeof out);
+        if (rc == 0) break;
+        cr_assert_eq(rc, 1, "allocation %d failed: exit status %d (124: it hung), want 1: %s", n, rc, out);
+        cr_assert(strstr(out, "allocate") || strstr(out, "out of memory"), "allocation %d: %s", n, out);
+        cr_assert_null(strstr(out, "Sanitizer"), "allocation %d: %s", n, out);
+        if (save_dir) cr_assert_eq(count_entries(save_dir), 0, "allocation %d left files in %s", n, save_dir);
+    }
+    cr_assert(n > 5 && n < 2000, "the sweep ended after %d allocations: %s", n, out);
+    cr_assert_not_null(strstr(out, "PASS"), "%s", out);
+    if (save_dir) cr_assert_eq(count_entries(save_dir), expect_files);
+    cr_log_info("%s: %d allocations, each failure handled", args, n - 1);
+}
+
+Test(faults, every_allocation_failure_exits_1, .timeout = 900) {
+    char in_dir[64], out_dir[64], args[512];
+    snprintf(in_dir, sizeof in_dir, "/tmp/attn-fault-in-XXXXXX");
+    snprintf(out_dir, sizeof out_dir, "/tmp/attn-fault-out-XXXXXX");
+    cr_assert_not_null(mkdtemp(in_dir));
+    cr_assert_not_null(mkdtemp(out_dir));
+    const int64_t shape[4] = {1, 3, 29, 8};
+    const char *names[3] = {"q", "k", "v"};
+    for (int t = 0; t < 3; t++) {
+        float v[3 * 29 * 8];
+        for (int e = 0; e < 3 * 29 * 8; e++) v[e] = (float)(e % 13) * 0.1f - 0.6f + (float)t;
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s.npy", in_dir, names[t]);
+        cr_assert_eq(npy_write(path, NPY_F32, 4, shape, v), ATTN_OK, "%s", attn_last_error());
+    }
+    /* loading (a host out-of-memory there is exit 1, not 2 "bad input"), stage 01, check, save */
+    snprintf(args, sizeof args, "--stage 01 --causal --load %s --save %s --check", in_dir, out_dir);
+    sweep(args, out_dir, 2);
+    /* random inputs */
+    sweep("--stage 01 --batch 2 --heads 2 --seq 37 --dim 5 --check", NULL, 0);
+}
