@@ -30,8 +30,12 @@ typedef struct {
 
 /* Parses a whole .npy image held in memory (what the fuzzer calls). `name` is used in messages.
  * Accepts little-endian '<f2' / '<f4' (or '|'/'=' byte order for them), fortran_order False.
- * On success fills *out (free with npy_free); on failure returns ATTN_EIO and sets the message. */
+ * On success fills *out (free with npy_free); on failure returns ATTN_EIO (ATTN_ENOMEM when the
+ * data does not fit in host memory) with the message, and leaves *out empty. */
 attn_status npy_parse(const void *buf, size_t len, const char *name, npy_array *out);
+/* The same for a file. A FIFO, device or directory is refused before a byte is read (it is opened
+ * without waiting); the header is read and checked, then the file's size against it, and only then
+ * is memory allocated for the data and the data read. */
 attn_status npy_read(const char *path, npy_array *out);
 void npy_free(npy_array *a);
 

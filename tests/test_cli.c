@@ -3,6 +3,7 @@
  * message naming the argument; --save writes whole files or none; a .npy round trip through
  * --load and --save reproduces the reference.
  */
+#include <errno.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -241,4 +242,34 @@ Test(cli, load_shape_errors_keep_their_reason) {
     write_f16(dir, "q.npy", shape), write_f16(dir, "k.npy", shape), write_f16(dir, "v.npy", shape);
     snprintf(args, sizeof args, "--stage 01 --load %s", dir);
     EXPECT_USAGE(args, "q.npy: dim must be 1..256 (got 300)");
+}
+
+/* A FIFO among the inputs is refused at once; the timeout turns a hang into a failure. */
+Test(cli, load_refuses_a_fifo, .timeout = 60) {
+    char dir[64], args[512], path[512];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/q.npy", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "timeout 30 %s %s", attn_bin(), args);
+    int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 2, "exit status %d (124: it hung): %s", rc, out);
+    cr_assert_not_null(strstr(out, "q.npy: not a regular file (a FIFO)"), "%s", out);
+}
+
+/* A path past 512 bytes used to cut the message before its reason. */
+Test(cli, long_paths_keep_the_reason) {
+    char dir[1200], args[1400];
+    make_dir(dir, 64);
+    for (int level = 0; level < 4; level++) { /* 4 directories of 200 characters */
+        size_t n = strlen(dir);
+        dir[n] = '/';
+        memset(dir + n + 1, 'd', 200);
+        dir[n + 201] = '\0';
+        cr_assert_eq(mkdir(dir, 0700), 0, "mkdir: %s", strerror(errno));
+    }
+    cr_assert_gt(strlen(dir), 800);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir);
+    EXPECT_USAGE(args, "q.npy: cannot open: No such file or directory");
 }

@@ -1,12 +1,16 @@
 /*
  * test_errors.c: failures reported as they happen. A last-error message survives being quoted in
- * the next one; every shell script of the repository parses, and the Criterion installer prints its
- * advice where it cannot install; an allocation that fails anywhere in stage 01, the check or the
- * harness gives exit status 1 and one line, never a hang (stage 01's OpenMP region), a crash or a
- * half-saved result.
+ * the next one, and a long path does not push the reason out of it; every shell script of the
+ * repository parses, and the Criterion installer prints its advice where it cannot install; an
+ * allocation that fails anywhere in loading, stage 01, the check or the harness gives exit status 1
+ * and one line, never a hang (stage 01's OpenMP region), a crash, exit status 2 or a half-saved
+ * result.
  */
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "half.h"
 #include "npy.h"
 #include "test_util.h"
 
@@ -28,6 +32,25 @@ Test(errors, message_may_quote_the_last_error) {
     /* twice more, the way the loader and the front end wrap a reason */
     attn_fail(ATTN_EIO, "%s: %s", "/d/q.npy", attn_last_error());
     cr_assert_str_eq(attn_last_error(), "/d/q.npy: q.npy: inner reason 7");
+}
+
+Test(errors, long_context_keeps_the_reason) {
+    static char path[4200];
+    memset(path, 'p', 4090);
+    path[0] = '/';
+    path[4090] = '\0';
+    attn_fail(ATTN_EIO, "%s: cannot open: %s", path, "No such file or directory");
+    const char *m = attn_last_error();
+    cr_assert_eq(strlen(m), 4090 + strlen(": cannot open: No such file or directory"));
+    cr_assert_not_null(strstr(m, "cannot open: No such file or directory"));
+    /* npy names longer than 1000 bytes are shortened in the middle, never at the reason */
+    static char longname[9000];
+    memset(longname, 'n', 8990);
+    longname[8990] = '\0';
+    npy_array a;
+    cr_assert_eq(npy_read(longname, &a), ATTN_EIO);
+    cr_assert_not_null(strstr(attn_last_error(), "...nnn"), "%.100s", attn_last_error());
+    cr_assert_not_null(strstr(attn_last_error(), ": cannot open: File name too long"), "%s", attn_last_error());
 }
 
 /* ---- the shell scripts -------------------------------------------------------------------- */
@@ -121,4 +144,24 @@ Test(faults, every_allocation_failure_exits_1, .timeout = 900) {
     sweep(args, out_dir, 2);
     /* random inputs */
     sweep("--stage 01 --batch 2 --heads 2 --seq 37 --dim 5 --check", NULL, 0);
+}
+
+/* The loader's two allocations, named: the header, then the data. */
+Test(faults, loader_out_of_memory_is_exit_1) {
+    char in_dir[64], cmd[512];
+    snprintf(in_dir, sizeof in_dir, "/tmp/attn-fault-in-XXXXXX");
+    cr_assert_not_null(mkdtemp(in_dir));
+    const int64_t shape[4] = {1, 1, 4, 8};
+    uint16_t v[32] = {0};
+    const char *names[3] = {"q", "k", "v"};
+    for (int t = 0; t < 3; t++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s.npy", in_dir, names[t]);
+        cr_assert_eq(npy_write(path, NPY_F16, 4, shape, v), ATTN_OK, "%s", attn_last_error());
+    }
+    for (int n = 1; n <= 2; n++) {
+        snprintf(cmd, sizeof cmd, "ATTN_FAIL_ALLOC=%d %s --stage 01 --load %s", n, attn_bin(), in_dir);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+        cr_assert_not_null(strstr(out, "q.npy: out of memory for"), "%s", out);
+    }
 }

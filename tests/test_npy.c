@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -702,4 +703,65 @@ Test(npy, free_is_safe_on_null_and_twice) {
     npy_free(&a);
     npy_free(&a);
     cr_assert_null(a.data);
+}
+
+/* ---- files that are not what they seem ------------------------------------------------------ */
+
+/* A FIFO where q.npy should be: refused at once (opening it to read used to wait for a writer
+ * forever). The timeout fails the test if it blocks. */
+Test(npy, read_refuses_a_fifo_without_blocking, .timeout = 20) {
+    tmpdir t;
+    tmpdir_make(&t);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/q.npy", t.path);
+    cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo: %s", strerror(errno));
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a), ATTN_EIO);
+    assert_one_line_from(path);
+    cr_assert_not_null(strstr(attn_last_error(), "not a regular file (a FIFO)"), "%s", attn_last_error());
+    assert_empty(&a);
+    /* a character device too, read without blocking */
+    cr_assert_eq(npy_read("/dev/zero", &a), ATTN_EIO);
+    cr_assert_not_null(strstr(attn_last_error(), "not a regular file (a character device)"), "%s", attn_last_error());
+    tmpdir_remove(&t);
+}
+
+static long max_rss_kib(void) {
+    struct rusage ru;
+    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss;
+}
+
+/* A 512 MiB file whose header declares 256 values is refused from its header and size alone: the
+ * reader used to load the whole file first (512 MiB of memory, most of a second). The file is
+ * sparse, so it costs no disk; the peak resident memory of this process shows what was read. */
+Test(npy, read_checks_the_size_before_allocating, .timeout = 60) {
+    tmpdir t;
+    tmpdir_make(&t);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/big.npy", t.path);
+    uint16_t vals[256] = {0};
+    size_t len;
+    unsigned char *img = make_image("{'descr': '<f2', 'fortran_order': False, 'shape': (256,), }", 1, 64, vals,
+                                    sizeof vals, &len);
+    spit(path, img, len);
+    free(img);
+    const off_t big = (off_t)512 << 20;
+    cr_assert_eq(truncate(path, big), 0, "truncate: %s", strerror(errno));
+    const long before = max_rss_kib();
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a), ATTN_EIO);
+    const long grew = max_rss_kib() - before;
+    cr_assert_not_null(strstr(attn_last_error(), "trailing garbage"), "%s", attn_last_error());
+    cr_assert_lt(grew, 64 * 1024, "reading a file that its header contradicts took %ld KiB", grew);
+    assert_empty(&a);
+    /* and the opposite lie, a header declaring 2^40 values in a small file */
+    img = make_image("{'descr': '<f2', 'fortran_order': False, 'shape': (1099511627776,), }", 1, 64, vals,
+                     sizeof vals, &len);
+    spit(path, img, len);
+    free(img);
+    cr_assert_eq(npy_read(path, &a), ATTN_EIO);
+    cr_assert_not_null(strstr(attn_last_error(), "truncated: expected 2199023255552 bytes"), "%s",
+                       attn_last_error());
+    tmpdir_remove(&t);
 }
