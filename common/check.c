@@ -19,7 +19,9 @@
  * naive computation), (c) and (d) as derived. For LSE (float32, natural log):
  * tol_lse = ds + u32 (8 sqrt(N) + 16) + 4 u32 |LSE_ref| + 1e-6.
  * The check fails on the maximum of |err| / tol over every checked element (never on a mean), on
- * any NaN or inf (the poison left in an element a stage never wrote), and on LSE the same way.
+ * any NaN or inf, and on LSE the same way. A NaN that still has the poison's bits (all ones, which
+ * the stages' arithmetic and conversions never produce: theirs are 0x7e00, 0x7fff, 0xfe00,
+ * 0x7fc00000, 0xffc00000) is counted as never written; any other NaN or inf the stage wrote.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -86,6 +88,7 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
             const double want = ref_o[r * D + d];
             const double got = (double)attn_to_f32(o[row * D + d], p->dtype);
             if (!isfinite(got)) {
+                c->unwritten += o[row * D + d] == 0xffff;
                 if (c->nonfinite++ == 0 || c->worst_ratio < INFINITY) {
                     c->worst_ratio = INFINITY;
                     c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
@@ -111,6 +114,9 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
         if (lse) {
             const double got = (double)lse[row], want = ref_lse[r];
             if (!isfinite(got)) {
+                uint32_t bits;
+                memcpy(&bits, &lse[row], sizeof bits);
+                c->unwritten += bits == 0xffffffffu;
                 c->nonfinite++;
                 c->lse_worst_ratio = INFINITY;
                 c->max_lse_err = INFINITY;

@@ -16,10 +16,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The data is copied as-is, so the host must store numbers the way the files do. */
@@ -489,19 +492,19 @@ static size_t build_prefix(char *p, size_t cap, npy_dtype dtype, int ndim, const
     return total;
 }
 
-attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
-                      const void *data) {
-    if (!path || !*path) return npy_fail("(null path)", "npy_write: no path given");
+/* Checks the arguments of a write and builds the prefix; *nbytes is the data's size. */
+static attn_status write_args(const char *shown, npy_dtype dtype, int ndim, const int64_t *shape,
+                              const void *data, char *prefix, size_t cap, size_t *plen, size_t *nbytes) {
     if (dtype != NPY_F16 && dtype != NPY_F32)
-        return npy_fail(path, "npy_write: unknown dtype %d (NPY_F16 or NPY_F32)", (int)dtype);
+        return npy_fail(shown, "npy_write: unknown dtype %d (NPY_F16 or NPY_F32)", (int)dtype);
     if (ndim < 0 || ndim > NPY_MAX_DIMS)
-        return npy_fail(path, "npy_write: ndim %d is out of range 0..%d", ndim, NPY_MAX_DIMS);
-    if (ndim > 0 && !shape) return npy_fail(path, "npy_write: no shape given for %d dimensions", ndim);
+        return npy_fail(shown, "npy_write: ndim %d is out of range 0..%d", ndim, NPY_MAX_DIMS);
+    if (ndim > 0 && !shape) return npy_fail(shown, "npy_write: no shape given for %d dimensions", ndim);
     uint64_t count = 1;
     int zero = 0;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0)
-            return npy_fail(path, "npy_write: negative dimension %lld (dimension %d)", (long long)shape[d], d);
+            return npy_fail(shown, "npy_write: negative dimension %lld (dimension %d)", (long long)shape[d], d);
         zero |= shape[d] == 0;
     }
     if (zero) {
@@ -509,40 +512,180 @@ attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t
     } else {
         for (int d = 0; d < ndim; d++) {
             if ((uint64_t)shape[d] > NPY_MAX_BYTES / itemsize(dtype) / count)
-                return npy_fail(path, "npy_write: shape is too large");
+                return npy_fail(shown, "npy_write: shape is too large");
             count *= (uint64_t)shape[d];
         }
     }
-    size_t nbytes = (size_t)count * itemsize(dtype);
-    if (nbytes && !data) return npy_fail(path, "npy_write: no data given for %zu bytes", nbytes);
+    *nbytes = (size_t)count * itemsize(dtype);
+    if (*nbytes && !data) return npy_fail(shown, "npy_write: no data given for %zu bytes", *nbytes);
+    *plen = build_prefix(prefix, cap, dtype, ndim, shape);
+    if (*plen == 0) return npy_fail(shown, "npy_write: header does not fit"); /* cannot happen */
+    return ATTN_OK;
+}
 
-    char prefix[1024];
-    size_t plen = build_prefix(prefix, sizeof prefix, dtype, ndim, shape);
-    if (plen == 0) return npy_fail(path, "npy_write: header does not fit"); /* cannot happen */
+/* "DIR/NAME" for messages. */
+static const char *out_shown(const npy_out *o, char *buf, size_t cap) {
+    if (!o->dir || !strcmp(o->dir, ".")) snprintf(buf, cap, "%s", o->name);
+    else snprintf(buf, cap, "%s%s%s", o->dir, o->dir[strlen(o->dir) - 1] == '/' ? "" : "/", o->name);
+    return buf;
+}
 
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 5);
-    if (!tmp) return npy_fail(path, "out of memory");
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
+/* A name nobody can have planted on purpose: NAME.PID.RANDOM.tmp. O_EXCL makes a collision harmless
+ * anyway (it fails, and the next name is tried). */
+static void tmp_name(npy_out *o, unsigned attempt) {
+    static atomic_uint serial;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40) ^
+                 ((uint64_t)atomic_fetch_add(&serial, 1) << 20) ^ attempt ^ (uint64_t)(uintptr_t)o;
+    x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull; /* spread the bits over the 12 hex digits shown */
+    x ^= x >> 29;
+    snprintf(o->tmp, sizeof o->tmp, "%s.%ld.%012llx.tmp", o->name, (long)getpid(),
+             (unsigned long long)(x & 0xffffffffffffull));
+}
 
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        attn_status st = npy_fail(path, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
+attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *name) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->dirfd = dirfd;
+    o->dir = dir;
+    char shown[8192];
+    if (!name || !*name || strchr(name, '/') || strlen(name) >= sizeof o->name)
+        return npy_fail(name ? name : "(null name)", "npy_out_create: the name must be 1..%zu bytes without '/'",
+                        sizeof o->name - 1);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    /* O_EXCL: a new file or nothing, never one planted there (a symlink to another file, a FIFO, a
+     * file of another user). O_NOFOLLOW says the same for symlinks. Mode 0666 less the umask, as any
+     * new file gets. */
+    for (unsigned attempt = 0; attempt < 100; attempt++) {
+        tmp_name(o, attempt);
+        o->fd = openat(dirfd, o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (o->fd >= 0 || errno != EEXIST) break;
     }
+    if (o->fd < 0) {
+        int e = errno;
+        o->tmp[0] = '\0';
+        return npy_fail(out_shown(o, shown, sizeof shown), "cannot create its temporary file: %s", strerror(e));
+    }
+    o->state = 1;
+    return ATTN_OK;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+attn_status npy_out_write(npy_out *o, npy_dtype dtype, int ndim, const int64_t *shape, const void *data) {
+    char shown[8192], prefix[1024];
+    out_shown(o, shown, sizeof shown);
+    if (o->state != 1) return npy_fail(shown, "npy_out_write: not a freshly created output");
+    size_t plen = 0, nbytes = 0;
+    attn_status st = write_args(shown, dtype, ndim, shape, data, prefix, sizeof prefix, &plen, &nbytes);
     const char *what = NULL;
     int e = 0;
-    if (fwrite(prefix, 1, plen, f) != plen) what = "cannot write the header", e = errno;
-    else if (nbytes && fwrite(data, 1, nbytes, f) != nbytes) what = "cannot write the data", e = errno;
-    if (fclose(f) != 0 && !what) what = "cannot close", e = errno;
-    if (!what && rename(tmp, path) != 0) what = "cannot rename the .tmp file onto it", e = errno;
-    if (what) {
-        remove(tmp);
-        free(tmp);
-        return npy_fail(path, "%s: %s", what, e ? strerror(e) : "unknown error");
+    if (st == ATTN_OK) {
+        if (write_all(o->fd, prefix, plen) != 0) what = "cannot write the header", e = errno;
+        else if (nbytes && write_all(o->fd, data, nbytes) != 0) what = "cannot write the data", e = errno;
+        else if (fsync(o->fd) != 0) what = "cannot flush the data to disk", e = errno;
     }
-    free(tmp);
-    return ATTN_OK;
+    if (close(o->fd) != 0 && st == ATTN_OK && !what) what = "cannot close", e = errno;
+    o->fd = -1;
+    o->state = 2;
+    if (st == ATTN_OK && what) st = npy_fail(shown, "%s: %s", what, strerror(e));
+    if (st != ATTN_OK) npy_out_discard(o);
+    return st;
+}
+
+void npy_out_discard(npy_out *o) {
+    if (!o || o->state == 0) return;
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp[0]) unlinkat(o->dirfd, o->tmp, 0);
+    o->fd = -1;
+    o->tmp[0] = '\0';
+    o->state = 0;
+}
+
+/* Undoes the renames of outs[0 .. done): the new files are removed rather than left beside files of
+ * another run. */
+static void unrename(npy_out *outs, int done) {
+    for (int i = 0; i < done; i++) unlinkat(outs[i].dirfd, outs[i].name, 0);
+}
+
+attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int nstale) {
+    char shown[8192];
+    attn_status st = ATTN_OK;
+    if (n < 1) return npy_fail("npy_out_commit", "no outputs given");
+    for (int i = 0; i < n && st == ATTN_OK; i++)
+        if (outs[i].state != 2 || outs[i].dirfd != outs[0].dirfd)
+            st = npy_fail(out_shown(&outs[i], shown, sizeof shown),
+                          "npy_out_commit: not written, or in another directory");
+    /* Two runs saving to one directory commit one after the other, so the pair that stays is one
+     * run's. flock is advisory and may be unsupported (some network file systems): then the renames
+     * go ahead unlocked, as before. */
+    const int dirfd = outs[0].dirfd;
+    const int locked = st == ATTN_OK && flock(dirfd, LOCK_EX) == 0;
+    for (int i = 0; i < nstale && st == ATTN_OK; i++)
+        if (unlinkat(dirfd, stale[i], 0) != 0 && errno != ENOENT) {
+            npy_out tmp = outs[0];
+            snprintf(tmp.name, sizeof tmp.name, "%s", stale[i]);
+            st = npy_fail(out_shown(&tmp, shown, sizeof shown), "cannot remove it (left from an earlier run): %s",
+                          strerror(errno));
+        }
+    int done = 0;
+    for (; done < n && st == ATTN_OK; done++) {
+        if (renameat(dirfd, outs[done].tmp, dirfd, outs[done].name) != 0) {
+            int e = errno;
+            unrename(outs, done);
+            st = npy_fail(out_shown(&outs[done], shown, sizeof shown), "cannot rename the temporary file onto it: %s%s",
+                          strerror(e), done ? " (the files written before it were removed, not left unpaired)" : "");
+            break;
+        }
+        outs[done].tmp[0] = '\0';
+        outs[done].state = 0;
+    }
+    /* The renames themselves on disk; EINVAL: the file system cannot sync a directory. */
+    if (st == ATTN_OK && fsync(dirfd) != 0 && errno != EINVAL && errno != EROFS)
+        st = npy_fail(out_shown(&outs[0], shown, sizeof shown), "cannot flush the directory: %s", strerror(errno));
+    if (locked) flock(dirfd, LOCK_UN);
+    for (int i = 0; i < n; i++) npy_out_discard(&outs[i]);
+    return st;
+}
+
+attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
+                      const void *data) {
+    if (!path || !*path) return npy_fail("(null path)", "npy_write: no path given");
+    /* The directory part, opened once: the file is created and renamed inside that directory. */
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base) return npy_fail(path, "npy_write: the path names a directory, not a file");
+    char *dir = NULL;
+    if (slash) {
+        size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        dir = attn_alloc(dl + 1);
+        if (!dir) return npy_oom(path, dl + 1);
+        memcpy(dir, path, dl);
+        dir[dl] = '\0';
+    }
+    int dirfd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        attn_status st = npy_fail(path, "cannot open its directory: %s", strerror(errno));
+        free(dir);
+        return st;
+    }
+    npy_out o;
+    attn_status st = npy_out_create(&o, dirfd, dir ? dir : ".", base);
+    if (st == ATTN_OK) st = npy_out_write(&o, dtype, ndim, shape, data);
+    if (st == ATTN_OK) st = npy_out_commit(&o, 1, NULL, 0);
+    npy_out_discard(&o);
+    close(dirfd);
+    free(dir);
+    return st;
 }

@@ -2,9 +2,8 @@
  * test_errors.c: failures reported as they happen. A last-error message survives being quoted in
  * the next one, and a long path does not push the reason out of it; every shell script of the
  * repository parses, and the Criterion installer prints its advice where it cannot install; an
- * allocation that fails anywhere in loading, stage 01, the check or the harness gives exit status 1
- * and one line, never a hang (stage 01's OpenMP region), a crash, exit status 2 or a half-saved
- * result.
+ * allocation that fails anywhere in loading, stage 01, the check or saving gives exit status 1 and
+ * one line, never a hang (stage 01's OpenMP region), a crash, exit status 2 or a half-saved result.
  */
 #include <dirent.h>
 #include <sys/stat.h>
