@@ -126,9 +126,18 @@ static attn_status poison(const gpu_bufs *b, size_t o_bytes, size_t lse_bytes) {
 static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                             attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
     const attn_problem *p = &in->p;
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 4 * in_bytes
+     * would wrap past 2^64 and pass the fit check below. Up to 2^60 elements nothing wraps:
+     * 4 * 2^61 + 4 * 2^60 bytes < 2^64. */
+    const double elems = (double)attn_qkv_elems(p);
+    if (elems > 0x1p60)
+        return attn_fail(ATTN_ENOMEM, "Q, K, V, O and LSE would need %.3g EiB of device memory (%.3g elements"
+                         " per tensor; limit 2^60)", (4.0 * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
     const size_t in_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     const size_t ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
-    attn_status st = attn_gpu_available();
+    st = attn_gpu_available();
     if (st != ATTN_OK)
         return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
 
