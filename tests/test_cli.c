@@ -264,7 +264,7 @@ Test(cli, flags_that_would_be_ignored_are_refused) {
 }
 
 /* A FIFO among the inputs is refused at once; the timeout turns a hang into a failure. */
-Test(cli, load_refuses_a_fifo, .timeout = 60) {
+Test(cli, load_refuses_a_fifo) {
     char dir[64], args[512], path[512];
     make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/q.npy", dir);
@@ -365,7 +365,7 @@ static int count_tmp_files(const char *dir) {
 /* Planted at the old fixed temporary names and at o.npy itself: links to another file, a FIFO, a
  * file of mode 0666 (owned by nobody when the test runs as root). None is written through, the run
  * does not hang, and the results are new regular files with the umask's mode. */
-Test(cli, save_never_writes_through_planted_files, .timeout = 120) {
+Test(cli, save_never_writes_through_planted_files) {
     char dir[64], path[512], victim[512], cmd[1024];
     make_dir(dir, sizeof dir);
     snprintf(victim, sizeof victim, "%s/victim", dir);
@@ -416,7 +416,7 @@ Test(cli, save_never_writes_through_planted_files, .timeout = 120) {
 /* Runs saving to one directory at the same time: each file is whole, and the pair that stays is one
  * run's (o.npy and lse.npy are renamed under a lock of the directory). Whether the writes overlap
  * depends on timing; test_npy.c's concurrent_writes_to_one_path_stay_whole forces the overlap. */
-Test(cli, concurrent_saves_leave_one_runs_pair, .timeout = 600) {
+Test(cli, concurrent_saves_leave_one_runs_pair) {
     enum { RUNS = 4, ROUNDS = 2 };
     char shared[64], own[RUNS][64], cmd[4096];
     make_dir(shared, sizeof shared);

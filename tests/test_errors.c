@@ -123,7 +123,7 @@ static void sweep(const char *args, const char *save_dir, int expect_files) {
     cr_log_info("%s: %d allocations, each failure handled", args, n - 1);
 }
 
-Test(faults, every_allocation_failure_exits_1, .timeout = 900) {
+Test(faults, every_allocation_failure_exits_1) {
     char in_dir[64], out_dir[64], args[512];
     snprintf(in_dir, sizeof in_dir, "/tmp/attn-fault-in-XXXXXX");
     snprintf(out_dir, sizeof out_dir, "/tmp/attn-fault-out-XXXXXX");
