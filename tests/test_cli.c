@@ -304,9 +304,23 @@ Test(cli, scale_that_overflows_float32_is_refused) {
     snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --scale %.6g --check", limit * 0.5);
     cr_assert_eq(attn(args), 0, "%s: %s", args, out);
     cr_assert(strstr(out, "PASS") && !strstr(out, "never written") && !strstr(out, "non-finite"), "%s", out);
-    /* the bound scales with the inputs: the same scale with a smaller head dim is fine */
     snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --scale %.6g --check", limit * 4);
     EXPECT_USAGE(args, "at most");
+    /* bf16 holds values up to 3.4e38: inputs whose unscaled dot products overflow float32 are
+     * refused at any scale */
+    char dir[64];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 1, 3, 8};
+    write_inputs(dir, NPY_F32, shape, shape, 0.0f);
+    float big[24];
+    for (int e = 0; e < 24; e++) big[e] = 1e30f * (float)(e % 3 - 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/k.npy", dir);
+    cr_assert_eq(npy_write(path, NPY_F32, 4, shape, big), ATTN_OK, "%s", attn_last_error());
+    snprintf(path, sizeof path, "%s/q.npy", dir);
+    cr_assert_eq(npy_write(path, NPY_F32, 4, shape, big), ATTN_OK, "%s", attn_last_error());
+    snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s --check", dir);
+    EXPECT_USAGE(args, "--load: the inputs are too large for float32 scores at any scale");
 }
 
 /* When every checked element equals the reference, there is no worst element to show: the line
