@@ -15,13 +15,15 @@
  * checks every other stage against.
  *
  * Versus the previous stage: none; this is where the suite starts.
- * Limits: any D from 1 to 256, any N >= 1; O(N) extra memory per thread (one row of scores);
+ * Limits: any D from 1 to 256, any N >= 1; O(N) extra memory per thread (one row of scores,
+ *         allocated before the parallel region so that a failed allocation cannot strand a thread);
  *         O(B*H*N*N*D) time, so the bench skips it above a few seconds of work.
  * Run:    build/attn --stage 01 --batch 1 --heads 4 --seq 512 --dim 64 --check
  */
 #include "naive_cpu.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "half.h"
@@ -38,8 +40,8 @@ static attn_status head_load(head_cache *c, const attn_problem *p, const uint16_
                              const uint16_t *v, int64_t bh) {
     int64_t n = p->N * p->D;
     if (!c->k) {
-        c->k = malloc((size_t)n * sizeof(float));
-        c->v = malloc((size_t)n * sizeof(float));
+        c->k = attn_alloc((size_t)n * sizeof(float));
+        c->v = attn_alloc((size_t)n * sizeof(float));
         if (!c->k || !c->v)
             return attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate %.1f MiB for one head of K and V",
                              2.0 * (double)n * 4.0 / 1048576.0);
@@ -97,8 +99,16 @@ attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint1
         return attn_fail(ATTN_EINVAL, "naive_cpu_rows: row index out of range 0..%lld",
                          (long long)attn_rows(p) - 1);
 
+    /* Each thread's scratch (a row of N scores and the query row in double) is allocated here, before
+     * the parallel region: a thread whose malloc failed inside the region would skip the loop and
+     * its barrier, and the other threads would wait at that barrier forever. */
+    const int nt = omp_get_max_threads();
+    const size_t per_thread = (size_t)(p->N + p->D);
+    double *scratch = attn_alloc((size_t)nt * per_thread * sizeof(double));
+    if (!scratch)
+        return attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate %d rows of %lld scores (one per thread)", nt,
+                         (long long)p->N);
     head_cache c = {-1, NULL, NULL};
-    int failed = 0;
     int64_t r0 = 0;
     while (r0 < nrows && st == ATTN_OK) {
         const int64_t bh = rows[r0] / p->N;
@@ -106,27 +116,18 @@ attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint1
         while (r1 < nrows && rows[r1] / p->N == bh) r1++;
         st = head_load(&c, p, k, v, bh);
         if (st != ATTN_OK) break;
-#pragma omp parallel reduction(| : failed)
+#pragma omp parallel num_threads(nt)
         {
-            double *s = malloc((size_t)p->N * sizeof(double));
-            double *qd = malloc((size_t)p->D * sizeof(double));
-            if (!s || !qd) {
-                failed = 1;
-            } else {
+            double *s = scratch + (size_t)omp_get_thread_num() * per_thread, *qd = s + p->N;
 #pragma omp for schedule(dynamic, 16)
-                for (int64_t r = r0; r < r1; r++) {
-                    const int64_t i = rows[r] % p->N;
-                    one_row(p, &c, q + rows[r] * p->D, i, s, qd, o + r * p->D, lse + r);
-                }
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t i = rows[r] % p->N;
+                one_row(p, &c, q + rows[r] * p->D, i, s, qd, o + r * p->D, lse + r);
             }
-            free(s);
-            free(qd);
         }
-        if (failed)
-            st = attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate a row of %lld scores",
-                           (long long)p->N);
         r0 = r1;
     }
+    free(scratch);
     free(c.k);
     free(c.v);
     return st;
@@ -135,9 +136,9 @@ attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint1
 attn_status stage01_run(const attn_problem *p, const attn_args *a) {
     /* Rows are processed a head at a time so that the double scratch stays at one head (N*D). */
     const int64_t N = p->N, D = p->D, BH = p->B * p->H;
-    int64_t *rows = malloc((size_t)N * sizeof(int64_t));
-    double *o = malloc((size_t)(N * D) * sizeof(double));
-    double *lse = malloc((size_t)N * sizeof(double));
+    int64_t *rows = attn_alloc((size_t)N * sizeof(int64_t));
+    double *o = attn_alloc((size_t)(N * D) * sizeof(double));
+    double *lse = attn_alloc((size_t)N * sizeof(double));
     attn_status st = ATTN_OK;
     if (!rows || !o || !lse)
         st = attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate scratch for one head (N = %lld)",

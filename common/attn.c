@@ -3,9 +3,14 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static _Thread_local char attn_err_msg[512];
+/* Long enough for two full paths (PATH_MAX 4096 each on Linux) and a reason. */
+#define ATTN_ERR_MAX 8192
+static _Thread_local char attn_err_msg[ATTN_ERR_MAX];
 
 attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int causal) {
     attn_problem p;
@@ -64,12 +69,27 @@ const char *attn_status_name(attn_status s) {
 }
 
 attn_status attn_fail(attn_status s, const char *fmt, ...) {
+    /* Format into a buffer of its own first: callers may pass attn_last_error() as an argument
+     * ("%s: %s", path, attn_last_error()), and vsnprintf into the buffer it reads from is undefined
+     * behaviour (glibc printed "q.npy: q.npy: " and lost the reason). */
+    static _Thread_local char next[ATTN_ERR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(attn_err_msg, sizeof attn_err_msg, fmt, ap);
+    vsnprintf(next, sizeof next, fmt, ap);
     va_end(ap);
+    memcpy(attn_err_msg, next, strlen(next) + 1);
     return s;
 }
 
 const char *attn_last_error(void) { return attn_err_msg; }
 void attn_clear_error(void) { attn_err_msg[0] = '\0'; }
+
+void *attn_alloc(size_t bytes) {
+    static atomic_llong calls;
+    const char *fail = getenv("ATTN_FAIL_ALLOC");
+    if (fail && *fail) {
+        const long long n = atomic_fetch_add(&calls, 1) + 1;
+        if (n == atoll(fail)) return NULL;
+    }
+    return malloc(bytes ? bytes : 1);
+}

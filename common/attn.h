@@ -58,8 +58,9 @@ double attn_flops(const attn_problem *p);
 const char *attn_dtype_name(attn_dtype t);
 
 const char *attn_status_name(attn_status s);
-/* Formats the thread's last error message (printf-style) and returns s, so that callers can write
- * `return attn_fail(ATTN_EINVAL, "--seq must be ...")`. */
+/* Formats the thread's last error message (printf-style, up to 8191 bytes) and returns s, so that
+ * callers can write `return attn_fail(ATTN_EINVAL, "--seq must be ...")`. The arguments may include
+ * attn_last_error() itself, to prefix a reason with context: the text is formatted aside first. */
 attn_status attn_fail(attn_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -67,6 +68,12 @@ attn_status attn_fail(attn_status s, const char *fmt, ...)
     ;
 const char *attn_last_error(void);
 void attn_clear_error(void);
+
+/* malloc for the host buffers of the library and the front end, with a fault injector for the
+ * tests: when the environment variable ATTN_FAIL_ALLOC is a number N >= 1, the Nth call in this
+ * process (counted over all threads, from 1) returns NULL, so that every out-of-memory path can be
+ * reached on purpose. Free the result with free(). */
+void *attn_alloc(size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -3,9 +3,11 @@
  * TFLOP/s and memory, and with --check compares it with the double reference.
  *
  * Exit status: 0 done (and PASS with --check); 1 the check FAILED, or the stage could not run
- * (no GPU, not enough memory, a CUDA error); 2 bad input (a flag, a value or an input file).
+ * (no GPU, not enough memory, a CUDA error), or its results could not be written (stdout, --save);
+ * 2 bad input (a flag, a value or an input file).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -36,7 +38,9 @@ static void usage(FILE *f) {
             "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"
             "  --dim D           head dim, 1..%d, and one the stage supports (default 64)\n"
             "  --causal          query i sees keys 0..i only\n"
-            "  --scale S         score scale, finite and non-zero (default 1/sqrt(D))\n"
+            "  --scale S         score scale, finite and non-zero (default 1/sqrt(D)), and small enough\n"
+            "                    that |S| * D * max|q| * max|k| <= 2^120 (float32 scores and LSE stay\n"
+            "                    finite; a larger one is refused with the bound for the inputs)\n"
             "  --dtype T         fp16 or bf16 (default fp16; bf16 where the stage supports it)\n"
             "  --gpus G          GPUs of this host that a multi-GPU stage (10) splits the problem\n"
             "                    over, 1..%d and at most the GPUs present (default: all of them);\n"
@@ -50,19 +54,22 @@ static void usage(FILE *f) {
             "                    error, worst element, LSE error, PASS or FAIL (exit 1). Problems\n"
             "                    over 2^31 reference multiply-adds are checked on every row of the\n"
             "                    first and last (b, h) plus --check-rows random rows\n"
-            "  --check-rows K    random rows checked besides those, 0..1000000 (default 256)\n"
+            "  --check-rows K    with --check: random rows checked besides those, 0..1000000 (default 256)\n"
             "  --load DIR        read DIR/q.npy, DIR/k.npy, DIR/v.npy (float16 or float32,\n"
-            "                    [B, H, N, D], C order, finite); the shape comes from the files\n"
+            "                    [B, H, N, D], C order, finite); the shape comes from the files, so\n"
+            "                    --batch, --heads, --seq, --dim and --init are refused with it; float32\n"
+            "                    values are rounded to --dtype (a note on stderr says so)\n"
             "  --save DIR        write DIR/o.npy (float16 [B, H, N, D]; with --dtype fp16 only) and\n"
-            "                    DIR/lse.npy (float32 [B, H, N]) when the stage writes LSE. Files\n"
-            "                    are written whole (to a .tmp, then renamed) or not at all\n"
+            "                    DIR/lse.npy (float32 [B, H, N]) when the stage writes LSE: both whole\n"
+            "                    and together, or neither (unique temporary files created in DIR before\n"
+            "                    the run, renamed after it); a stage without LSE removes an old lse.npy\n"
             "  --list            the stages: id, folder, where it runs, head dims, dtypes, LSE, idea\n"
             "  --list-ids [W]    the stage ids, one per line (W: gpu, cpu or all; default all)\n"
             "  --list-dims ID    the test head dims the stage supports, one per line\n"
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
-            "CUDA error), 2 bad input.\n"
+            "CUDA error, the results could not be written to stdout or DIR), 2 bad input.\n"
             "Example: build/attn --stage 02 --batch 4 --heads 32 --seq 4096 --dim 64 --causal --check\n",
             ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_GPUS);
 }
@@ -114,11 +121,6 @@ static void list_stages(void) {
         if (attn_stage_available(&attn_stages[i]) != ATTN_OK) printf("  %s\n", attn_last_error());
 }
 
-static int dir_writable(const char *dir) {
-    struct stat st;
-    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK) == 0;
-}
-
 static void print_result(const attn_stage *s, const attn_problem *p, const attn_result *r) {
     if (s->max_gpus > 1)
         printf("stage    %s %s (%d x %s)\n", s->id, s->name, r->gpus, attn_gpu_name());
@@ -140,57 +142,47 @@ static int print_check(const attn_stage *s, const attn_result *r) {
     printf("check    %lld rows against the double reference\n", (long long)c->rows_checked);
     printf("  max abs error   %.3e\n", c->max_abs_err);
     printf("  rel L2 error    %.3e\n", c->rel_l2);
-    printf("  worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %.6g want %.6g tol %.3g (err/tol %.3f)\n",
-           (long long)c->worst_b, (long long)c->worst_h, (long long)c->worst_n, (long long)c->worst_d,
-           c->worst_got, c->worst_want, c->worst_tol, c->worst_ratio);
+    if (c->worst_ratio > 0.0) /* else no element differs, and there is no worst one to show */
+        printf("  worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %.6g want %.6g tol %.3g (err/tol %.3f)\n",
+               (long long)c->worst_b, (long long)c->worst_h, (long long)c->worst_n, (long long)c->worst_d,
+               c->worst_got, c->worst_want, c->worst_tol, c->worst_ratio);
+    else
+        printf("  worst element   none: every checked element equals the reference\n");
     if (c->lse_checked)
         printf("  LSE max error   %.3e (err/tol %.3f)\n", c->max_lse_err, c->lse_worst_ratio);
     else
         printf("  LSE             not written by stage %s\n", s->id);
-    if (c->nonfinite) printf("  non-finite      %lld elements (never written, or NaN/inf)\n", (long long)c->nonfinite);
+    if (c->unwritten)
+        printf("  never written   %lld elements (they still hold the poison)\n", (long long)c->unwritten);
+    if (c->nonfinite > c->unwritten)
+        printf("  non-finite      %lld elements written as NaN or inf\n", (long long)(c->nonfinite - c->unwritten));
     if (r->identical >= 0)
         printf("  repeat          %s\n", r->identical ? "bit-identical to the first run" : "DIFFERS from the first run");
     printf("%s\n", c->pass ? "PASS" : "FAIL");
     return c->pass ? 0 : EXIT_FAIL;
 }
 
-static int save_outputs(const char *dir, const attn_stage *s, const attn_problem *p, const uint16_t *o,
-                        const float *lse) {
-    char path[4096];
-    int64_t shape[4] = {p->B, p->H, p->N, p->D};
-    snprintf(path, sizeof path, "%s/o.npy", dir);
-    if (npy_write(path, NPY_F16, 4, shape, o) != ATTN_OK) {
-        fprintf(stderr, "attn: --save: %s\n", attn_last_error());
-        return EXIT_FAIL;
-    }
-    if (s->writes_lse) {
-        snprintf(path, sizeof path, "%s/lse.npy", dir);
-        if (npy_write(path, NPY_F32, 3, shape, lse) != ATTN_OK) {
-            fprintf(stderr, "attn: --save: %s\n", attn_last_error());
-            return EXIT_FAIL;
-        }
-    }
-    return 0;
-}
+/* Everything the command line asks for. */
+typedef struct {
+    const char *stage_key, *load_dir, *save_dir;
+    long long B, H, N, D, seed, repeat, warmup, check_rows;
+    int causal, check, have_scale;
+    double scale;
+    attn_dtype dtype;
+    attn_init init;
+    const char *shape_flag, *init_flag; /* the first of --batch/--heads/--seq/--dim, and --init, if given */
+    int check_rows_given;
+    long long gpus; /* --gpus: 0 = the stage's default */
+} cli;
 
-int main(int argc, char **argv) {
-    const char *stage_key = NULL, *load_dir = NULL, *save_dir = NULL;
-    long long B = 2, H = 8, N = 1024, D = 64, seed = 1, repeat = -1, warmup = -1, check_rows = 256, gpus = 0;
-    int causal = 0, check = 0, have_scale = 0;
-    double scale = 0.0;
-    attn_dtype dtype = ATTN_F16;
-    attn_init init = ATTN_INIT_NORMAL;
-
-    if (argc == 1) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
+/* Parses argv into *c. Returns -1 to go on, or the exit status (0 after --help and the lists). */
+static int parse_args(int argc, char **argv, cli *c) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_VALUE()                                                                                \
     do {                                                                                            \
-        if (!val) return bad("%s needs a value", a);                                          \
+        if (!val) return bad("%s needs a value", a);                                                \
         i++;                                                                                        \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -216,47 +208,42 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--stage")) {
             NEED_VALUE();
-            stage_key = val;
-        } else if (!strcmp(a, "--batch")) {
+            c->stage_key = val;
+        } else if (!strcmp(a, "--batch") || !strcmp(a, "--heads") || !strcmp(a, "--seq") || !strcmp(a, "--dim")) {
             NEED_VALUE();
-            if (parse_i64("--batch", val, 1, ATTN_MAX_B, &B)) return EXIT_USAGE;
-        } else if (!strcmp(a, "--heads")) {
-            NEED_VALUE();
-            if (parse_i64("--heads", val, 1, ATTN_MAX_H, &H)) return EXIT_USAGE;
-        } else if (!strcmp(a, "--seq")) {
-            NEED_VALUE();
-            if (parse_i64("--seq", val, 1, ATTN_MAX_N, &N)) return EXIT_USAGE;
-        } else if (!strcmp(a, "--dim")) {
-            NEED_VALUE();
-            if (parse_i64("--dim", val, 1, ATTN_MAX_D, &D)) return EXIT_USAGE;
+            long long *v = a[2] == 'b' ? &c->B : a[2] == 'h' ? &c->H : a[2] == 's' ? &c->N : &c->D;
+            long long hi = a[2] == 'b' ? ATTN_MAX_B : a[2] == 'h' ? ATTN_MAX_H : a[2] == 's' ? ATTN_MAX_N : ATTN_MAX_D;
+            if (parse_i64(a, val, 1, hi, v)) return EXIT_USAGE;
+            if (!c->shape_flag) c->shape_flag = a;
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE();
-            if (parse_i64("--seed", val, 0, LLONG_MAX, &seed)) return EXIT_USAGE;
+            if (parse_i64("--seed", val, 0, LLONG_MAX, &c->seed)) return EXIT_USAGE;
         } else if (!strcmp(a, "--repeat")) {
             NEED_VALUE();
-            if (parse_i64("--repeat", val, 1, 100000, &repeat)) return EXIT_USAGE;
+            if (parse_i64("--repeat", val, 1, 100000, &c->repeat)) return EXIT_USAGE;
         } else if (!strcmp(a, "--warmup")) {
             NEED_VALUE();
-            if (parse_i64("--warmup", val, 0, 1000, &warmup)) return EXIT_USAGE;
+            if (parse_i64("--warmup", val, 0, 1000, &c->warmup)) return EXIT_USAGE;
         } else if (!strcmp(a, "--gpus")) {
             NEED_VALUE();
-            if (parse_i64("--gpus", val, 1, ATTN_MAX_GPUS, &gpus)) return EXIT_USAGE;
+            if (parse_i64("--gpus", val, 1, ATTN_MAX_GPUS, &c->gpus)) return EXIT_USAGE;
         } else if (!strcmp(a, "--check-rows")) {
             NEED_VALUE();
-            if (parse_i64("--check-rows", val, 0, 1000000, &check_rows)) return EXIT_USAGE;
+            if (parse_i64("--check-rows", val, 0, 1000000, &c->check_rows)) return EXIT_USAGE;
+            c->check_rows_given = 1;
         } else if (!strcmp(a, "--scale")) {
             NEED_VALUE();
             char *end = NULL;
             errno = 0;
-            scale = strtod(val, &end);
-            if (!*val || *end || errno == ERANGE || !isfinite(scale) || scale == 0.0 ||
-                fabs(scale) > 3.4e38 || fabs(scale) < 1.2e-38)
+            c->scale = strtod(val, &end);
+            if (!*val || *end || errno == ERANGE || !isfinite(c->scale) || c->scale == 0.0 ||
+                fabs(c->scale) > 3.4e38 || fabs(c->scale) < 1.2e-38)
                 return bad("--scale must be a finite non-zero number within float range (got '%s')", val);
-            have_scale = 1;
+            c->have_scale = 1;
         } else if (!strcmp(a, "--dtype")) {
             NEED_VALUE();
-            if (!strcmp(val, "fp16")) dtype = ATTN_F16;
-            else if (!strcmp(val, "bf16")) dtype = ATTN_BF16;
+            if (!strcmp(val, "fp16")) c->dtype = ATTN_F16;
+            else if (!strcmp(val, "bf16")) c->dtype = ATTN_BF16;
             else return bad("--dtype must be fp16 or bf16 (got '%s')", val);
         } else if (!strcmp(a, "--init")) {
             NEED_VALUE();
@@ -265,87 +252,186 @@ int main(int argc, char **argv) {
                 if (!strcmp(val, attn_init_name(k))) break;
             if (k > ATTN_INIT_RISING)
                 return bad("--init must be normal, large, first-max or rising (got '%s')", val);
-            init = k;
+            c->init = k;
+            c->init_flag = a;
         } else if (!strcmp(a, "--causal")) {
-            causal = 1;
+            c->causal = 1;
         } else if (!strcmp(a, "--check")) {
-            check = 1;
+            c->check = 1;
         } else if (!strcmp(a, "--load")) {
             NEED_VALUE();
-            load_dir = val;
+            c->load_dir = val;
         } else if (!strcmp(a, "--save")) {
             NEED_VALUE();
-            save_dir = val;
+            c->save_dir = val;
         } else {
             return bad("unknown argument '%s' (see --help)", a);
         }
 #undef NEED_VALUE
     }
-    if (!stage_key) return bad("--stage is required (one of the ids in --list)");
-    const attn_stage *s = attn_find_stage(stage_key);
-    if (!s) return bad("--stage: unknown stage '%s' (see --list for 01..%s)", stage_key,
-                       attn_stages[attn_num_stages - 1].id);
-    if (attn_stage_gpus_ok(s, (int)gpus) != ATTN_OK) return bad("%s", attn_last_error());
-    if (save_dir && !dir_writable(save_dir))
-        return bad("--save: '%s' is not a writable directory", save_dir);
-    if (save_dir && dtype != ATTN_F16)
-        return bad("--save writes float16 files: use it with --dtype fp16");
+    /* Flags that would be silently ignored are refused instead. */
+    if (c->load_dir && c->shape_flag)
+        return bad("%s cannot be used with --load: the shape comes from the files ([B, H, N, D])", c->shape_flag);
+    if (c->load_dir && c->init_flag) return bad("--init cannot be used with --load: the inputs come from the files");
+    if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
+    if (!c->stage_key) return bad("--stage is required (one of the ids in --list)");
+    return -1;
+}
 
-    attn_problem p = attn_problem_make(B, H, N, D, causal);
-    p.dtype = dtype;
-    if (have_scale) p.scale = (float)scale;
-    else if (load_dir) p.scale = 0.0f; /* 1/sqrt(D) once the files give D */
-    attn_inputs in;
+/* --save: the directory is opened and the output files are created in it (as unique temporaries)
+ * before anything is computed, so a directory that cannot take them is refused at once, not after
+ * the run. Returns -1 to go on, or the exit status. */
+static int save_begin(const cli *c, const attn_stage *s, int *dirfd, npy_out *outs, int *nouts) {
+    if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
+    *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
+    static const char *names[2] = {"o.npy", "lse.npy"};
+    for (*nouts = 0; *nouts < (s->writes_lse ? 2 : 1); (*nouts)++)
+        if (npy_out_create(&outs[*nouts], *dirfd, c->save_dir, names[*nouts]) != ATTN_OK)
+            return bad("--save: '%s' is not a writable directory: %s", c->save_dir, attn_last_error());
+    return -1;
+}
+
+/* Writes o.npy (and lse.npy) and commits them together; a stage without LSE removes an lse.npy that
+ * an earlier run left, so that no lse.npy ever sits beside an o.npy it does not belong to. */
+static int save_commit(const attn_stage *s, const attn_problem *p, npy_out *outs, int nouts, const uint16_t *o,
+                       const float *lse) {
+    const int64_t shape[4] = {p->B, p->H, p->N, p->D};
+    static const char *const stale[1] = {"lse.npy"};
+    attn_status st = npy_out_write(&outs[0], NPY_F16, 4, shape, o);
+    if (st == ATTN_OK && nouts > 1) st = npy_out_write(&outs[1], NPY_F32, 3, shape, lse);
+    if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, s->writes_lse ? 0 : 1);
+    if (st != ATTN_OK) {
+        fprintf(stderr, "attn: --save: %s (nothing was saved)\n", attn_last_error());
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* Loads or makes the inputs and checks the scale against them. Returns -1 to go on, or the exit
+ * status. */
+static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_inputs *in) {
     attn_status st;
-    if (load_dir) {
-        st = attn_inputs_load(&in, load_dir, &p);
-        if (st != ATTN_OK) {
+    memset(in, 0, sizeof *in);
+    if (c->load_dir) {
+        if ((st = attn_inputs_load(in, c->load_dir, p)) != ATTN_OK) {
             fprintf(stderr, "attn: --load: %s\n", attn_last_error());
             return st == ATTN_ENOMEM ? EXIT_FAIL : EXIT_USAGE;
         }
-        p = in.p;
+        *p = in->p;
+        if (in->from_f32)
+            fprintf(stderr, "attn: note: %s%s%s%s%s held float32 values, rounded to %s (the type the stages read)\n",
+                    in->from_f32 & 1 ? "q.npy" : "", (in->from_f32 & 1) && (in->from_f32 & 6) ? ", " : "",
+                    in->from_f32 & 2 ? "k.npy" : "", (in->from_f32 & 2) && (in->from_f32 & 4) ? ", " : "",
+                    in->from_f32 & 4 ? "v.npy" : "", attn_dtype_name(p->dtype));
     }
-    if ((st = attn_problem_validate(&p)) != ATTN_OK || (st = attn_stage_supports(s, &p)) != ATTN_OK) {
+    if ((st = attn_problem_validate(p)) != ATTN_OK || (st = attn_stage_supports(s, p)) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", attn_last_error());
-        if (load_dir) attn_inputs_free(&in);
         return EXIT_USAGE;
     }
     if (attn_stage_available(s) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", attn_last_error());
-        if (load_dir) attn_inputs_free(&in);
         return EXIT_FAIL;
     }
-    if (!load_dir && (st = attn_inputs_random(&in, &p, (uint64_t)seed, init)) != ATTN_OK) {
+    if (!c->load_dir && (st = attn_inputs_random(in, p, (uint64_t)c->seed, c->init)) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", attn_last_error());
         return EXIT_FAIL;
     }
+    if (attn_inputs_check_scale(in) != ATTN_OK) {
+        fprintf(stderr, "attn: %s: %s\n", c->have_scale ? "--scale" : c->load_dir ? "--load" : "--init",
+                attn_last_error());
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+static int run(const cli *c) {
+    const attn_stage *s = attn_find_stage(c->stage_key);
+    if (!s) return bad("--stage: unknown stage '%s' (see --list for 01..%s)", c->stage_key,
+                       attn_stages[attn_num_stages - 1].id);
+    if (attn_stage_gpus_ok(s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
+    int dirfd = -1, nouts = 0, rc = -1;
+    npy_out outs[2];
+    uint16_t *o = NULL;
+    float *lse = NULL;
+    attn_inputs in;
+    memset(&in, 0, sizeof in);
+    if (c->save_dir) rc = save_begin(c, s, &dirfd, outs, &nouts);
+
+    attn_problem p = attn_problem_make(c->B, c->H, c->N, c->D, c->causal);
+    p.dtype = c->dtype;
+    if (c->have_scale) p.scale = (float)c->scale;
+    else if (c->load_dir) p.scale = 0.0f; /* 1/sqrt(D) once the files give D */
+    if (rc < 0) rc = make_inputs(c, s, &p, &in);
 
     attn_run_opts opt = attn_run_opts_default();
-    opt.repeat = repeat >= 0 ? (int)repeat : (s->on_gpu ? 10 : 1);
-    opt.warmup = warmup >= 0 ? (int)warmup : (s->on_gpu ? 2 : 0);
-    opt.check = check;
-    opt.check_rows = check_rows;
-    opt.seed = (uint64_t)seed;
-    opt.gpus = (int)gpus;
-    uint16_t *o = save_dir ? malloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
-    float *lse = save_dir ? malloc((size_t)attn_rows(&p) * 4) : NULL;
-    if (save_dir && (!o || !lse)) {
-        fprintf(stderr, "attn: cannot allocate host memory for the outputs to save\n");
-        free(o), free(lse), attn_inputs_free(&in);
-        return EXIT_FAIL;
+    opt.repeat = c->repeat >= 0 ? (int)c->repeat : (s->on_gpu ? 10 : 1);
+    opt.warmup = c->warmup >= 0 ? (int)c->warmup : (s->on_gpu ? 2 : 0);
+    opt.check = c->check;
+    opt.check_rows = c->check_rows;
+    opt.seed = (uint64_t)c->seed;
+    opt.gpus = (int)c->gpus;
+    if (rc < 0 && c->save_dir) {
+        o = attn_alloc((size_t)attn_qkv_elems(&p) * 2);
+        lse = attn_alloc((size_t)attn_rows(&p) * 4);
+        if (!o || !lse) {
+            fprintf(stderr, "attn: cannot allocate host memory for the outputs to save\n");
+            rc = EXIT_FAIL;
+        }
     }
-    attn_result r;
-    st = attn_run(s, &in, &opt, &r, o, lse);
-    int rc = 0;
-    if (st != ATTN_OK) {
-        fprintf(stderr, "attn: %s\n", attn_last_error());
-        rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
-    } else {
-        print_result(s, &p, &r);
-        if (save_dir) rc = save_outputs(save_dir, s, &p, o, lse);
-        if (r.checked && print_check(s, &r) != 0) rc = EXIT_FAIL;
+    if (rc < 0) {
+        attn_result r;
+        attn_status st = attn_run(s, &in, &opt, &r, o, lse);
+        rc = 0;
+        if (st != ATTN_OK) {
+            fprintf(stderr, "attn: %s\n", attn_last_error());
+            rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
+        } else {
+            print_result(s, &p, &r);
+            if (c->save_dir) rc = save_commit(s, &p, outs, nouts, o, lse);
+            if (r.checked && print_check(s, &r) != 0) rc = EXIT_FAIL;
+        }
     }
+    for (int i = 0; i < nouts; i++) npy_out_discard(&outs[i]);
+    if (dirfd >= 0) close(dirfd);
     free(o), free(lse);
     attn_inputs_free(&in);
+    return rc;
+}
+
+/* With fd 0, 1 or 2 closed, the next open() would get that number, and printf or a message could
+ * land in an output file. Closed stdin and stderr become /dev/null; a closed stdout is refused,
+ * since the results would be lost. Returns 0, or the exit status. */
+static int guard_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        int nfd = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (nfd != fd) return EXIT_FAIL; /* cannot happen: the lowest free number is fd */
+        if (fd == 1) {
+            fprintf(stderr, "attn: standard output is closed: the results would be lost\n");
+            return EXIT_FAIL;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (guard_std_fds() != 0) return EXIT_FAIL;
+    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64, 1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
+             NULL, NULL, 0, 0};
+    int rc;
+    if (argc == 1) {
+        usage(stderr);
+        rc = EXIT_USAGE;
+    } else if ((rc = parse_args(argc, argv, &c)) < 0) {
+        rc = run(&c);
+    }
+    /* Results that never reached stdout (a full disk, a closed pipe) are a failure, not a success:
+     * printf's errors surface here, when the buffer is written. */
+    int e = fflush(stdout) != 0 ? errno : 0;
+    if (e || ferror(stdout)) {
+        fprintf(stderr, "attn: cannot write the results to standard output: %s\n", e ? strerror(e) : "write error");
+        if (rc == 0) rc = EXIT_FAIL;
+    }
     return rc;
 }

@@ -19,7 +19,9 @@
  * naive computation), (c) and (d) as derived. For LSE (float32, natural log):
  * tol_lse = ds + u32 (8 sqrt(N) + 16) + 4 u32 |LSE_ref| + 1e-6.
  * The check fails on the maximum of |err| / tol over every checked element (never on a mean), on
- * any NaN or inf (the poison left in an element a stage never wrote), and on LSE the same way.
+ * any NaN or inf, and on LSE the same way. A NaN that still has the poison's bits (all ones, which
+ * the stages' arithmetic and conversions never produce: theirs are 0x7e00, 0x7fff, 0xfe00,
+ * 0x7fc00000, 0xffc00000) is counted as never written; any other NaN or inf the stage wrote.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -56,10 +58,10 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
     const attn_problem *p = &in->p;
     const int64_t D = p->D;
     memset(c, 0, sizeof *c);
-    double *ref_o = malloc((size_t)(nrows * D) * sizeof(double));
-    double *ref_lse = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
-    double *vmax = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
-    double *sabs = malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *ref_o = attn_alloc((size_t)(nrows * D) * sizeof(double));
+    double *ref_lse = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *vmax = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
+    double *sabs = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
     if (!ref_o || !ref_lse || !vmax || !sabs) {
         free(ref_o), free(ref_lse), free(vmax), free(sabs);
         return attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference for %lld rows",
@@ -86,6 +88,7 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
             const double want = ref_o[r * D + d];
             const double got = (double)attn_to_f32(o[row * D + d], p->dtype);
             if (!isfinite(got)) {
+                c->unwritten += o[row * D + d] == 0xffff;
                 if (c->nonfinite++ == 0 || c->worst_ratio < INFINITY) {
                     c->worst_ratio = INFINITY;
                     c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
@@ -111,6 +114,9 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
         if (lse) {
             const double got = (double)lse[row], want = ref_lse[r];
             if (!isfinite(got)) {
+                uint32_t bits;
+                memcpy(&bits, &lse[row], sizeof bits);
+                c->unwritten += bits == 0xffffffffu;
                 c->nonfinite++;
                 c->lse_worst_ratio = INFINITY;
                 c->max_lse_err = INFINITY;
@@ -147,7 +153,7 @@ attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extr
     /* Small problems are checked whole: up to 2^31 multiply-adds of reference work. */
     const int all = (double)total * (double)N * (double)p->D <= 2147483648.0;
     int64_t cap = all ? total : (full_heads ? 2 * N : 0) + extra + 2 * extra;
-    int64_t *rows = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
+    int64_t *rows = attn_alloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
     if (!rows) return attn_fail(ATTN_ENOMEM, "check: cannot allocate the row sample");
     int64_t n = 0;
     if (all) {

@@ -157,14 +157,20 @@ static attn_status alloc_flush(gpu_bufs *b) {
 static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                             attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
     const attn_problem *p = &in->p;
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 4 * in_bytes
+     * would wrap past 2^64 and pass the fit check below. Up to 2^60 elements nothing wraps:
+     * 4 * 2^61 + 4 * 2^60 bytes < 2^64. */
+    const double elems = (double)attn_qkv_elems(p);
+    if (elems > 0x1p60)
+        return attn_fail(ATTN_ENOMEM, "Q, K, V, O and LSE would need %.3g EiB of device memory (%.3g elements"
+                         " per tensor; limit 2^60)", (4.0 * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
     const size_t in_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     const size_t ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
-    attn_status st = attn_gpu_available();
-    if (st != ATTN_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", attn_last_error());
-        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, why);
-    }
+    st = attn_gpu_available();
+    if (st != ATTN_OK)
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
 
     /* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply
      * crashes when it does not fit; here the run is refused with the numbers. */
@@ -220,7 +226,7 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     for (int w = 0; w < opt->warmup; w++) {
         if ((st = s->run(p, &a)) != ATTN_OK) return st;
     }
-    float *ms = malloc((size_t)(opt->repeat > 0 ? opt->repeat : 1) * sizeof(float));
+    float *ms = attn_alloc((size_t)(opt->repeat > 0 ? opt->repeat : 1) * sizeof(float));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
     for (int r = 0; r < opt->repeat && st == ATTN_OK; r++) {
         /* Poison outside the timed window, so every timed run writes a fresh output. */
@@ -249,8 +255,8 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     /* Bit-for-bit repeatability of the last timed run against the first (checked) one. */
     res->identical = -1;
     if (opt->check && res->runs > 0) {
-        uint16_t *o2 = malloc(in_bytes);
-        float *l2 = s->writes_lse ? malloc(lse_bytes) : NULL;
+        uint16_t *o2 = attn_alloc(in_bytes);
+        float *l2 = s->writes_lse ? attn_alloc(lse_bytes) : NULL;
         if (!o2 || (s->writes_lse && !l2)) {
             free(o2), free(l2);
             return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");

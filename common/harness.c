@@ -5,6 +5,7 @@
 #include "harness.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
     memset(in, 0, sizeof *in);
     in->p = *p;
     const size_t bytes = (size_t)attn_qkv_elems(p) * 2;
-    in->q = malloc(bytes), in->k = malloc(bytes), in->v = malloc(bytes);
+    in->q = attn_alloc(bytes), in->k = attn_alloc(bytes), in->v = attn_alloc(bytes);
     if (!in->q || !in->k || !in->v) {
         attn_inputs_free(in);
         return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for Q, K and V",
@@ -157,12 +158,42 @@ attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_proble
         }
     }
     if (st == ATTN_OK) st = alloc_inputs(in, &p);
+    for (int t = 0; t < 3 && st == ATTN_OK; t++) in->from_f32 |= (arr[t].dtype == NPY_F32) << t;
     if (st == ATTN_OK) st = convert_tensor(&arr[0], path[0], p.dtype, in->q);
     if (st == ATTN_OK) st = convert_tensor(&arr[1], path[1], p.dtype, in->k);
     if (st == ATTN_OK) st = convert_tensor(&arr[2], path[2], p.dtype, in->v);
     for (int t = 0; t < nread; t++) npy_free(&arr[t]);
     if (st != ATTN_OK) attn_inputs_free(in);
     return st;
+}
+
+static double max_abs(const uint16_t *x, int64_t n, attn_dtype t) {
+    double m = 0.0;
+#pragma omp parallel for reduction(max : m) schedule(static)
+    for (int64_t e = 0; e < n; e++) {
+        /* finite here (--load refuses NaN and inf), or inf where random inputs overflowed fp16:
+         * then the bound is inf and refused */
+        const double a = fabs((double)attn_to_f32(x[e], t));
+        if (a > m) m = a;
+    }
+    return m;
+}
+
+attn_status attn_inputs_check_scale(const attn_inputs *in) {
+    const attn_problem *p = &in->p;
+    const int64_t n = attn_qkv_elems(p);
+    const double qmax = max_abs(in->q, n, p->dtype), kmax = max_abs(in->k, n, p->dtype);
+    const double dot = (double)p->D * qmax * kmax, scale = fabs((double)p->scale);
+    if (!(dot <= ATTN_MAX_SCORE))
+        return attn_fail(ATTN_EINVAL, "the inputs are too large for float32 scores at any scale: D * max|q| * max|k|"
+                         " = %lld * %g * %g = %.3g, limit 2^120 = %.3g", (long long)p->D, qmax, kmax, dot,
+                         ATTN_MAX_SCORE);
+    if (!(scale * dot <= ATTN_MAX_SCORE))
+        return attn_fail(ATTN_EINVAL, "|scale| must be at most %.3g for these inputs (got %g): |scale| * D * max|q|"
+                         " * max|k| (D %lld, max|q| %g, max|k| %g) must stay below 2^120 = %.3g so that the float32"
+                         " scores and LSE stay finite", ATTN_MAX_SCORE / dot, (double)p->scale, (long long)p->D,
+                         qmax, kmax, ATTN_MAX_SCORE);
+    return ATTN_OK;
 }
 
 /* ---- one run ------------------------------------------------------------------------------ */
@@ -197,7 +228,7 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1};
     const int runs = opt->repeat > 0 ? opt->repeat : 1;
-    double *ms = malloc((size_t)runs * sizeof(double));
+    double *ms = attn_alloc((size_t)runs * sizeof(double));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
     attn_status st = ATTN_OK;
     for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, &a);
@@ -240,9 +271,13 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     }
     res->gpus = s->on_gpu ? o_gpus.gpus : 0;
     opt = &o_gpus;
+    /* A valid problem has at most 2^62 elements, so O's bytes fit in 64 bits; LSE's (4 * rows, rows up
+     * to 2^62 when D = 1) might not. */
+    if ((uint64_t)attn_rows(p) > SIZE_MAX / 4)
+        return attn_fail(ATTN_ENOMEM, "LSE would need %.3g EiB of host memory", (double)attn_rows(p) * 4.0 / 0x1p60);
     const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
-    uint16_t *o = o_host ? o_host : malloc(o_bytes);
-    float *lse = lse_host && s->writes_lse ? lse_host : malloc(lse_bytes);
+    uint16_t *o = o_host ? o_host : attn_alloc(o_bytes);
+    float *lse = lse_host && s->writes_lse ? lse_host : attn_alloc(lse_bytes);
     if (!o || !lse) {
         if (o != o_host) free(o);
         if (lse != lse_host) free(lse);

@@ -27,6 +27,8 @@ typedef enum {
 typedef struct {
     attn_problem p;
     uint16_t *q, *k, *v; /* host, [B, H, N, D], bit patterns of p.dtype */
+    unsigned from_f32;   /* attn_inputs_load: bit 0, 1, 2 set when q, k, v were float32 in their file
+                            (and so were rounded to p.dtype); 0 for random inputs */
 } attn_inputs;
 
 /* Fresh random inputs, rounded to p->dtype. Deterministic in seed. */
@@ -36,13 +38,22 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
  * and dtype are kept; float32 values are rounded to p->dtype. */
 attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_problem *p);
 void attn_inputs_free(attn_inputs *in);
+/* Scores s = scale * q.k of these inputs are bounded by |scale| * D * max|q| * max|k|; every stage
+ * (and the float32 LSE) stays finite while that bound and the unscaled D * max|q| * max|k| are at
+ * most ATTN_MAX_SCORE. ATTN_OK, or ATTN_EINVAL with a message giving the largest |scale| these
+ * inputs allow (or saying that the inputs themselves are too large for any scale). */
+#define ATTN_MAX_SCORE 0x1p120 /* 1.3e36: FLT_MAX is 2^128, and the stages multiply scores by
+                                  log2(e) and subtract two of them (x 2.9); 2^8 leaves room to spare */
+attn_status attn_inputs_check_scale(const attn_inputs *in);
 const char *attn_init_name(attn_init kind);
 
 /* ---- checking ----------------------------------------------------------------------------- */
 
 typedef struct {
     int64_t rows_checked;
-    int64_t nonfinite;       /* NaN or inf in the checked part of O or LSE (poison left there) */
+    int64_t nonfinite;       /* NaN or inf in the checked part of O or LSE */
+    int64_t unwritten;       /* of those, the elements that still hold the poison bits (all ones):
+                                never written by the stage; the rest are NaN or inf it wrote */
     double max_abs_err;      /* max |O - O_ref| over checked elements */
     double rel_l2;           /* ||O - O_ref||_2 / ||O_ref||_2 over checked rows */
     double worst_ratio;      /* max of |O - O_ref| / tol; the check needs this <= 1 */

@@ -14,11 +14,15 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The data is copied as-is, so the host must store numbers the way the files do. */
@@ -37,17 +41,30 @@
 
 static size_t itemsize(npy_dtype t) { return t == NPY_F32 ? 4 : 2; }
 
-/* Sets "NAME: <formatted text>" as the last error and returns ATTN_EIO. */
+/* Sets "NAME: <formatted text>" as the last error and returns ATTN_EIO. A name of more than 1000
+ * bytes is shown as its first and last 480, so that the reason after it is never cut off. */
 #if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
+__attribute__((format(printf, 3, 4)))
 #endif
-static attn_status npy_fail(const char *name, const char *fmt, ...) {
-    char msg[512];
+static attn_status npy_fail_st(attn_status st, const char *name, const char *fmt, ...) {
+    char msg[1024], shortname[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return attn_fail(ATTN_EIO, "%s: %s", name ? name : "(unnamed .npy)", msg);
+    if (!name) name = "(unnamed .npy)";
+    const size_t nl = strlen(name);
+    if (nl > 1000) {
+        snprintf(shortname, sizeof shortname, "%.480s...%s", name, name + nl - 480);
+        name = shortname;
+    }
+    return attn_fail(st, "%s: %s", name, msg);
+}
+#define npy_fail(...) npy_fail_st(ATTN_EIO, __VA_ARGS__)
+
+/* Out of host memory is not a bad file: ATTN_ENOMEM, so that the front end exits 1, not 2. */
+static attn_status npy_oom(const char *name, size_t bytes) {
+    return npy_fail_st(ATTN_ENOMEM, name, "out of memory for %zu bytes", bytes);
 }
 
 /* ---- the header dict ---------------------------------------------------------------------- */
@@ -253,11 +270,12 @@ static attn_status parse_dict(cursor *c, npy_array *a) {
     return ATTN_OK;
 }
 
-/* Validates a whole image: everything but copying the data. On success, *a has dtype, ndim, shape
- * and count (data NULL), and the data is buf[*data_off .. *data_off + *nbytes), which ends exactly
- * at len. */
-static attn_status parse_image(const unsigned char *buf, size_t len, const char *name, npy_array *a,
-                               size_t *data_off, size_t *nbytes) {
+/* The fixed part of an image of len bytes: magic, version and header length. buf holds its first
+ * min(len, NPY_PREFIX_MAX) bytes, so a file is checked before more of it is read. *prefix is the
+ * header text's offset, *hlen its length; the text is known to lie inside the image. */
+#define NPY_PREFIX_MAX 12
+static attn_status parse_prefix(const unsigned char *buf, size_t len, const char *name, size_t *prefix,
+                                size_t *hlen) {
     if (len == 0) return npy_fail(name, "empty file (0 bytes), not a .npy file");
     size_t m = len < NPY_MAGIC_LEN ? len : NPY_MAGIC_LEN;
     if (memcmp(buf, NPY_MAGIC, m) != 0) return npy_fail(name, "not a .npy file (bad magic)");
@@ -267,18 +285,23 @@ static attn_status parse_image(const unsigned char *buf, size_t len, const char 
     if (!((major == 1 || major == 2 || major == 3) && minor == 0))
         return npy_fail(name, "unsupported .npy format version %u.%u (supported: 1.0, 2.0, 3.0)", major, minor);
     size_t lenbytes = major == 1 ? 2 : 4;
-    size_t prefix = NPY_MAGIC_LEN + 2 + lenbytes;
-    if (len < prefix)
+    *prefix = NPY_MAGIC_LEN + 2 + lenbytes;
+    if (len < *prefix)
         return npy_fail(name, "truncated header: %zu bytes, too short for the header length field", len);
-    uint64_t hlen = 0;
-    for (size_t k = 0; k < lenbytes; k++) hlen |= (uint64_t)buf[8 + k] << (8 * k);
-    if (hlen > NPY_MAX_HEADER)
-        return npy_fail(name, "header length %llu is too large (limit %zu)", (unsigned long long)hlen,
-                        NPY_MAX_HEADER);
-    if (hlen > len - prefix)
+    uint64_t h = 0;
+    for (size_t k = 0; k < lenbytes; k++) h |= (uint64_t)buf[8 + k] << (8 * k);
+    if (h > NPY_MAX_HEADER)
+        return npy_fail(name, "header length %llu is too large (limit %zu)", (unsigned long long)h, NPY_MAX_HEADER);
+    if (h > len - *prefix)
         return npy_fail(name, "truncated header: header length %llu runs past the end of the file (%zu bytes)",
-                        (unsigned long long)hlen, len);
-    const unsigned char *h = buf + prefix;
+                        (unsigned long long)h, len);
+    *hlen = (size_t)h;
+    return ATTN_OK;
+}
+
+/* The header text h[0 .. hlen), found at byte `prefix` of the image: fills dtype, ndim and shape. */
+static attn_status parse_header(const unsigned char *h, size_t hlen, size_t prefix, const char *name,
+                                npy_array *a) {
     for (size_t k = 0; k < hlen; k++) {
         unsigned char ch = h[k];
         if (ch >= 0x80)
@@ -287,11 +310,13 @@ static attn_status parse_image(const unsigned char *buf, size_t len, const char 
             return npy_fail(name, "header has a control byte 0x%02x at byte %zu", ch, prefix + k);
         if (ch == 0x7f) return npy_fail(name, "header has a control byte 0x7f at byte %zu", prefix + k);
     }
+    cursor c = {(const char *)h, hlen, 0, prefix, name};
+    return parse_dict(&c, a);
+}
 
-    cursor c = {(const char *)h, (size_t)hlen, 0, prefix, name};
-    attn_status st = parse_dict(&c, a);
-    if (st != ATTN_OK) return st;
-
+/* Sets a->count from the shape and checks that the `have` bytes after the header are exactly the
+ * data: nothing is allocated for a file whose size disagrees with its header. */
+static attn_status check_data_size(npy_array *a, const char *name, size_t have, size_t *nbytes) {
     /* count: a zero dimension makes the array empty whatever the others are */
     int64_t count = 1;
     int zero = 0;
@@ -309,11 +334,8 @@ static attn_status parse_image(const unsigned char *buf, size_t len, const char 
     }
     a->count = count;
     size_t want = (size_t)count * itemsize(a->dtype);
-    size_t have = len - prefix - (size_t)hlen;
-    if (have < want)
-        return npy_fail(name, "truncated: expected %zu bytes of data, found %zu", want, have);
+    if (have < want) return npy_fail(name, "truncated: expected %zu bytes of data, found %zu", want, have);
     if (have > want) return npy_fail(name, "trailing garbage: %zu bytes after the data", have - want);
-    *data_off = prefix + (size_t)hlen;
     *nbytes = want;
     return ATTN_OK;
 }
@@ -324,73 +346,104 @@ attn_status npy_parse(const void *buf, size_t len, const char *name, npy_array *
     memset(out, 0, sizeof *out);
     if (!buf && len) return npy_fail(name, "npy_parse: NULL buffer of %zu bytes", len);
     if (!buf) buf = "";
+    const unsigned char *b = buf;
     npy_array a;
     memset(&a, 0, sizeof a);
-    size_t off = 0, nbytes = 0;
-    attn_status st = parse_image((const unsigned char *)buf, len, name, &a, &off, &nbytes);
+    size_t prefix = 0, hlen = 0, nbytes = 0;
+    attn_status st = parse_prefix(b, len, name, &prefix, &hlen);
+    if (st == ATTN_OK) st = parse_header(b + prefix, hlen, prefix, name, &a);
+    if (st == ATTN_OK) st = check_data_size(&a, name, len - prefix - hlen, &nbytes);
     if (st != ATTN_OK) return st;
-    a.data = malloc(nbytes ? nbytes : 1);
-    if (!a.data) return npy_fail(name, "out of memory for %zu bytes of data", nbytes);
-    if (nbytes) memcpy(a.data, (const unsigned char *)buf + off, nbytes);
+    a.data = attn_alloc(nbytes);
+    if (!a.data) return npy_oom(name, nbytes);
+    if (nbytes) memcpy(a.data, b + prefix + hlen, nbytes);
     *out = a;
     return ATTN_OK;
+}
+
+/* pread until n bytes or the end of the file; the bytes read, or -1 with errno set. */
+static ssize_t read_at(int fd, void *buf, size_t n, off_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (unsigned char *)buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "not a plain file";
+}
+
+/* Reads exactly n bytes at off of a file of `size` bytes, or fails naming what happened. */
+static attn_status read_part(int fd, void *buf, size_t n, off_t off, const char *path, const char *what) {
+    ssize_t r = read_at(fd, buf, n, off);
+    if (r < 0) return npy_fail(path, "read error in the %s: %s", what, strerror(errno));
+    if ((size_t)r < n) return npy_fail(path, "the file changed size while it was being read (it shrank)");
+    return ATTN_OK;
+}
+
+/* The prefix, then the header, then the size check, and only then the data: a file that lies about
+ * its size costs its header's bytes, not its size. */
+static attn_status read_fd(int fd, size_t size, const char *path, npy_array *a) {
+    unsigned char pre[NPY_PREFIX_MAX];
+    size_t np = size < NPY_PREFIX_MAX ? size : NPY_PREFIX_MAX, prefix = 0, hlen = 0, nbytes = 0;
+    attn_status st = read_part(fd, pre, np, 0, path, "header");
+    if (st == ATTN_OK) st = parse_prefix(pre, size, path, &prefix, &hlen);
+    if (st != ATTN_OK) return st;
+    unsigned char *h = attn_alloc(hlen);
+    if (!h) return npy_oom(path, hlen);
+    st = read_part(fd, h, hlen, (off_t)prefix, path, "header");
+    if (st == ATTN_OK) st = parse_header(h, hlen, prefix, path, a);
+    free(h);
+    if (st == ATTN_OK) st = check_data_size(a, path, size - prefix - hlen, &nbytes);
+    if (st != ATTN_OK) return st;
+    a->data = attn_alloc(nbytes);
+    if (!a->data) return npy_oom(path, nbytes);
+    st = read_part(fd, a->data, nbytes, (off_t)(prefix + hlen), path, "data");
+    unsigned char extra;
+    if (st == ATTN_OK && read_at(fd, &extra, 1, (off_t)size) != 0)
+        st = npy_fail(path, "the file changed size while it was being read (it grew)");
+    if (st != ATTN_OK) {
+        free(a->data);
+        a->data = NULL;
+    }
+    return st;
 }
 
 attn_status npy_read(const char *path, npy_array *out) {
     if (!path) path = "(null path)";
     if (!out) return npy_fail(path, "npy_read: no output array given");
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return npy_fail(path, "cannot open: %s", strerror(errno));
+    /* O_NONBLOCK: opening a FIFO to read waits for a writer, forever if none comes. Opened without
+     * waiting, the file's type is checked before a byte is read, and the flag is cleared again. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return npy_fail(path, "cannot open: %s", strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        int e = errno;
-        fclose(f);
-        return npy_fail(path, "cannot stat: %s", strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return npy_fail(path, "not a regular file");
-    }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > NPY_MAX_BYTES) {
-        fclose(f);
-        return npy_fail(path, "file size %lld is out of range", (long long)sb.st_size);
-    }
-    size_t size = (size_t)sb.st_size;
-    unsigned char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fclose(f);
-        return npy_fail(path, "out of memory reading %zu bytes", size);
-    }
-    size_t got = size ? fread(buf, 1, size, f) : 0;
-    int read_err = ferror(f);
-    int e = errno;
-    /* One more byte means the file grew after fstat; read it as "trailing garbage". */
-    unsigned char extra;
-    int grew = !read_err && got == size && fread(&extra, 1, 1, f) == 1;
-    fclose(f);
-    if (read_err) {
-        free(buf);
-        return npy_fail(path, "read error: %s", strerror(e));
-    }
-    if (grew) {
-        free(buf);
-        return npy_fail(path, "the file changed size while it was being read");
+    attn_status st = ATTN_OK;
+    if (fstat(fd, &sb) != 0) st = npy_fail(path, "cannot stat: %s", strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) st = npy_fail(path, "not a regular file (%s)", file_kind(sb.st_mode));
+    else if (sb.st_size < 0 || (uint64_t)sb.st_size > NPY_MAX_BYTES)
+        st = npy_fail(path, "file size %lld is out of range", (long long)sb.st_size);
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+            st = npy_fail(path, "cannot clear O_NONBLOCK: %s", strerror(errno));
     }
     npy_array a;
     memset(&a, 0, sizeof a);
-    size_t off = 0, nbytes = 0;
-    attn_status st = parse_image(buf, got, path, &a, &off, &nbytes);
-    if (st != ATTN_OK) {
-        free(buf);
-        return st;
-    }
-    /* Keep the one buffer: move the data to its front and give back the header's bytes. */
-    memmove(buf, buf + off, nbytes);
-    unsigned char *shrunk = realloc(buf, nbytes ? nbytes : 1);
-    a.data = shrunk ? shrunk : buf;
-    *out = a;
-    return ATTN_OK;
+    if (st == ATTN_OK) st = read_fd(fd, (size_t)sb.st_size, path, &a);
+    close(fd);
+    if (st == ATTN_OK) *out = a;
+    return st;
 }
 
 void npy_free(npy_array *a) {
@@ -439,19 +492,19 @@ static size_t build_prefix(char *p, size_t cap, npy_dtype dtype, int ndim, const
     return total;
 }
 
-attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
-                      const void *data) {
-    if (!path || !*path) return npy_fail("(null path)", "npy_write: no path given");
+/* Checks the arguments of a write and builds the prefix; *nbytes is the data's size. */
+static attn_status write_args(const char *shown, npy_dtype dtype, int ndim, const int64_t *shape,
+                              const void *data, char *prefix, size_t cap, size_t *plen, size_t *nbytes) {
     if (dtype != NPY_F16 && dtype != NPY_F32)
-        return npy_fail(path, "npy_write: unknown dtype %d (NPY_F16 or NPY_F32)", (int)dtype);
+        return npy_fail(shown, "npy_write: unknown dtype %d (NPY_F16 or NPY_F32)", (int)dtype);
     if (ndim < 0 || ndim > NPY_MAX_DIMS)
-        return npy_fail(path, "npy_write: ndim %d is out of range 0..%d", ndim, NPY_MAX_DIMS);
-    if (ndim > 0 && !shape) return npy_fail(path, "npy_write: no shape given for %d dimensions", ndim);
+        return npy_fail(shown, "npy_write: ndim %d is out of range 0..%d", ndim, NPY_MAX_DIMS);
+    if (ndim > 0 && !shape) return npy_fail(shown, "npy_write: no shape given for %d dimensions", ndim);
     uint64_t count = 1;
     int zero = 0;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0)
-            return npy_fail(path, "npy_write: negative dimension %lld (dimension %d)", (long long)shape[d], d);
+            return npy_fail(shown, "npy_write: negative dimension %lld (dimension %d)", (long long)shape[d], d);
         zero |= shape[d] == 0;
     }
     if (zero) {
@@ -459,40 +512,180 @@ attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t
     } else {
         for (int d = 0; d < ndim; d++) {
             if ((uint64_t)shape[d] > NPY_MAX_BYTES / itemsize(dtype) / count)
-                return npy_fail(path, "npy_write: shape is too large");
+                return npy_fail(shown, "npy_write: shape is too large");
             count *= (uint64_t)shape[d];
         }
     }
-    size_t nbytes = (size_t)count * itemsize(dtype);
-    if (nbytes && !data) return npy_fail(path, "npy_write: no data given for %zu bytes", nbytes);
+    *nbytes = (size_t)count * itemsize(dtype);
+    if (*nbytes && !data) return npy_fail(shown, "npy_write: no data given for %zu bytes", *nbytes);
+    *plen = build_prefix(prefix, cap, dtype, ndim, shape);
+    if (*plen == 0) return npy_fail(shown, "npy_write: header does not fit"); /* cannot happen */
+    return ATTN_OK;
+}
 
-    char prefix[1024];
-    size_t plen = build_prefix(prefix, sizeof prefix, dtype, ndim, shape);
-    if (plen == 0) return npy_fail(path, "npy_write: header does not fit"); /* cannot happen */
+/* "DIR/NAME" for messages. */
+static const char *out_shown(const npy_out *o, char *buf, size_t cap) {
+    if (!o->dir || !strcmp(o->dir, ".")) snprintf(buf, cap, "%s", o->name);
+    else snprintf(buf, cap, "%s%s%s", o->dir, o->dir[strlen(o->dir) - 1] == '/' ? "" : "/", o->name);
+    return buf;
+}
 
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 5);
-    if (!tmp) return npy_fail(path, "out of memory");
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
+/* A name nobody can have planted on purpose: NAME.PID.RANDOM.tmp. O_EXCL makes a collision harmless
+ * anyway (it fails, and the next name is tried). */
+static void tmp_name(npy_out *o, unsigned attempt) {
+    static atomic_uint serial;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40) ^
+                 ((uint64_t)atomic_fetch_add(&serial, 1) << 20) ^ attempt ^ (uint64_t)(uintptr_t)o;
+    x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull; /* spread the bits over the 12 hex digits shown */
+    x ^= x >> 29;
+    snprintf(o->tmp, sizeof o->tmp, "%s.%ld.%012llx.tmp", o->name, (long)getpid(),
+             (unsigned long long)(x & 0xffffffffffffull));
+}
 
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        attn_status st = npy_fail(path, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
+attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *name) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->dirfd = dirfd;
+    o->dir = dir;
+    char shown[8192];
+    if (!name || !*name || strchr(name, '/') || strlen(name) >= sizeof o->name)
+        return npy_fail(name ? name : "(null name)", "npy_out_create: the name must be 1..%zu bytes without '/'",
+                        sizeof o->name - 1);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    /* O_EXCL: a new file or nothing, never one planted there (a symlink to another file, a FIFO, a
+     * file of another user). O_NOFOLLOW says the same for symlinks. Mode 0666 less the umask, as any
+     * new file gets. */
+    for (unsigned attempt = 0; attempt < 100; attempt++) {
+        tmp_name(o, attempt);
+        o->fd = openat(dirfd, o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (o->fd >= 0 || errno != EEXIST) break;
     }
+    if (o->fd < 0) {
+        int e = errno;
+        o->tmp[0] = '\0';
+        return npy_fail(out_shown(o, shown, sizeof shown), "cannot create its temporary file: %s", strerror(e));
+    }
+    o->state = 1;
+    return ATTN_OK;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+attn_status npy_out_write(npy_out *o, npy_dtype dtype, int ndim, const int64_t *shape, const void *data) {
+    char shown[8192], prefix[1024];
+    out_shown(o, shown, sizeof shown);
+    if (o->state != 1) return npy_fail(shown, "npy_out_write: not a freshly created output");
+    size_t plen = 0, nbytes = 0;
+    attn_status st = write_args(shown, dtype, ndim, shape, data, prefix, sizeof prefix, &plen, &nbytes);
     const char *what = NULL;
     int e = 0;
-    if (fwrite(prefix, 1, plen, f) != plen) what = "cannot write the header", e = errno;
-    else if (nbytes && fwrite(data, 1, nbytes, f) != nbytes) what = "cannot write the data", e = errno;
-    if (fclose(f) != 0 && !what) what = "cannot close", e = errno;
-    if (!what && rename(tmp, path) != 0) what = "cannot rename the .tmp file onto it", e = errno;
-    if (what) {
-        remove(tmp);
-        free(tmp);
-        return npy_fail(path, "%s: %s", what, e ? strerror(e) : "unknown error");
+    if (st == ATTN_OK) {
+        if (write_all(o->fd, prefix, plen) != 0) what = "cannot write the header", e = errno;
+        else if (nbytes && write_all(o->fd, data, nbytes) != 0) what = "cannot write the data", e = errno;
+        else if (fsync(o->fd) != 0) what = "cannot flush the data to disk", e = errno;
     }
-    free(tmp);
-    return ATTN_OK;
+    if (close(o->fd) != 0 && st == ATTN_OK && !what) what = "cannot close", e = errno;
+    o->fd = -1;
+    o->state = 2;
+    if (st == ATTN_OK && what) st = npy_fail(shown, "%s: %s", what, strerror(e));
+    if (st != ATTN_OK) npy_out_discard(o);
+    return st;
+}
+
+void npy_out_discard(npy_out *o) {
+    if (!o || o->state == 0) return;
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp[0]) unlinkat(o->dirfd, o->tmp, 0);
+    o->fd = -1;
+    o->tmp[0] = '\0';
+    o->state = 0;
+}
+
+/* Undoes the renames of outs[0 .. done): the new files are removed rather than left beside files of
+ * another run. */
+static void unrename(npy_out *outs, int done) {
+    for (int i = 0; i < done; i++) unlinkat(outs[i].dirfd, outs[i].name, 0);
+}
+
+attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int nstale) {
+    char shown[8192];
+    attn_status st = ATTN_OK;
+    if (n < 1) return npy_fail("npy_out_commit", "no outputs given");
+    for (int i = 0; i < n && st == ATTN_OK; i++)
+        if (outs[i].state != 2 || outs[i].dirfd != outs[0].dirfd)
+            st = npy_fail(out_shown(&outs[i], shown, sizeof shown),
+                          "npy_out_commit: not written, or in another directory");
+    /* Two runs saving to one directory commit one after the other, so the pair that stays is one
+     * run's. flock is advisory and may be unsupported (some network file systems): then the renames
+     * go ahead unlocked, as before. */
+    const int dirfd = outs[0].dirfd;
+    const int locked = st == ATTN_OK && flock(dirfd, LOCK_EX) == 0;
+    for (int i = 0; i < nstale && st == ATTN_OK; i++)
+        if (unlinkat(dirfd, stale[i], 0) != 0 && errno != ENOENT) {
+            npy_out tmp = outs[0];
+            snprintf(tmp.name, sizeof tmp.name, "%s", stale[i]);
+            st = npy_fail(out_shown(&tmp, shown, sizeof shown), "cannot remove it (left from an earlier run): %s",
+                          strerror(errno));
+        }
+    int done = 0;
+    for (; done < n && st == ATTN_OK; done++) {
+        if (renameat(dirfd, outs[done].tmp, dirfd, outs[done].name) != 0) {
+            int e = errno;
+            unrename(outs, done);
+            st = npy_fail(out_shown(&outs[done], shown, sizeof shown), "cannot rename the temporary file onto it: %s%s",
+                          strerror(e), done ? " (the files written before it were removed, not left unpaired)" : "");
+            break;
+        }
+        outs[done].tmp[0] = '\0';
+        outs[done].state = 0;
+    }
+    /* The renames themselves on disk; EINVAL: the file system cannot sync a directory. */
+    if (st == ATTN_OK && fsync(dirfd) != 0 && errno != EINVAL && errno != EROFS)
+        st = npy_fail(out_shown(&outs[0], shown, sizeof shown), "cannot flush the directory: %s", strerror(errno));
+    if (locked) flock(dirfd, LOCK_UN);
+    for (int i = 0; i < n; i++) npy_out_discard(&outs[i]);
+    return st;
+}
+
+attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
+                      const void *data) {
+    if (!path || !*path) return npy_fail("(null path)", "npy_write: no path given");
+    /* The directory part, opened once: the file is created and renamed inside that directory. */
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base) return npy_fail(path, "npy_write: the path names a directory, not a file");
+    char *dir = NULL;
+    if (slash) {
+        size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        dir = attn_alloc(dl + 1);
+        if (!dir) return npy_oom(path, dl + 1);
+        memcpy(dir, path, dl);
+        dir[dl] = '\0';
+    }
+    int dirfd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        attn_status st = npy_fail(path, "cannot open its directory: %s", strerror(errno));
+        free(dir);
+        return st;
+    }
+    npy_out o;
+    attn_status st = npy_out_create(&o, dirfd, dir ? dir : ".", base);
+    if (st == ATTN_OK) st = npy_out_write(&o, dtype, ndim, shape, data);
+    if (st == ATTN_OK) st = npy_out_commit(&o, 1, NULL, 0);
+    npy_out_discard(&o);
+    close(dirfd);
+    free(dir);
+    return st;
 }

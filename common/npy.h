@@ -30,14 +30,45 @@ typedef struct {
 
 /* Parses a whole .npy image held in memory (what the fuzzer calls). `name` is used in messages.
  * Accepts little-endian '<f2' / '<f4' (or '|'/'=' byte order for them), fortran_order False.
- * On success fills *out (free with npy_free); on failure returns ATTN_EIO and sets the message. */
+ * On success fills *out (free with npy_free); on failure returns ATTN_EIO (ATTN_ENOMEM when the
+ * data does not fit in host memory) with the message, and leaves *out empty. */
 attn_status npy_parse(const void *buf, size_t len, const char *name, npy_array *out);
+/* The same for a file. A FIFO, device or directory is refused before a byte is read (it is opened
+ * without waiting); the header is read and checked, then the file's size against it, and only then
+ * is memory allocated for the data and the data read. */
 attn_status npy_read(const char *path, npy_array *out);
 void npy_free(npy_array *a);
 
-/* Writes atomically: to PATH.tmp, then renamed over PATH, so a failure leaves no half file. */
+/* Writes one file atomically: npy_out_create, npy_out_write and npy_out_commit in path's directory.
+ * A failure leaves no file and no temporary behind, and an existing PATH untouched. */
 attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
                       const void *data);
+
+/* Files that appear together or not at all (build/attn --save: o.npy and lse.npy). Each output is a
+ * temporary file with a unique name, created exclusively (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0666
+ * less the umask) inside an open directory, so nothing planted there is ever written through:
+ *   npy_out_create   creates NAME.PID.RANDOM.tmp in dirfd (dir is dirfd's name, for messages)
+ *   npy_out_write    writes the header and data, fsyncs and closes it (it stays temporary)
+ *   npy_out_commit   under an flock of the directory: removes the `stale` names (files an earlier
+ *                    run left that this one does not write), then renames every output onto its
+ *                    NAME; if a rename fails, the outputs already renamed are removed too, so no
+ *                    new file stays beside an old partner. Then fsyncs the directory.
+ *   npy_out_discard  removes the temporary file; harmless after a commit or a failure
+ * Every failure discards the temporaries it concerns; the caller still calls npy_out_discard on
+ * every path (it is idempotent). */
+typedef struct {
+    int dirfd;         /* the directory, owned by the caller */
+    const char *dir;   /* its name, for messages */
+    char name[256];    /* the final name in the directory */
+    char tmp[320];     /* the temporary name, "" when there is none */
+    int fd;            /* the temporary file while it is written, else -1 */
+    int state;         /* 0 nothing pending, 1 created, 2 written */
+} npy_out;
+
+attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *name);
+attn_status npy_out_write(npy_out *o, npy_dtype dtype, int ndim, const int64_t *shape, const void *data);
+attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int nstale);
+void npy_out_discard(npy_out *o);
 
 #ifdef __cplusplus
 }

@@ -30,5 +30,5 @@ if command -v apt-get >/dev/null 2>&1; then
     exit 1
 fi
 echo "error: Criterion is missing and this is not a Debian/Ubuntu system: install Criterion 2.4" \
-    " "from its release or your package manager so that '-lcriterion' links" >&2
+    "from its release or your package manager so that '-lcriterion' links" >&2
 exit 1

@@ -1,6 +1,10 @@
 # tests/reliability.mk: fuzzing, sanitizers and leak checks (included by the root Makefile).
 #
-#   make fuzz [FUZZ_SECONDS=60]       libFuzzer (clang) on the .npy reader; exits 1 on a crash
+#   make fuzz [FUZZ_SECONDS=60]       libFuzzer (clang) on the .npy layer, FUZZ_SECONDS per target:
+#                                     npy (npy_parse), npy_file (npy_read against npy_parse),
+#                                     npy_roundtrip (npy_write and the o/lse pair -> npy_read),
+#                                     npy_header (headers up to and past 1 MiB); FUZZ_TARGETS="npy ..."
+#                                     narrows it; exits 1 on a crash
 #   make check-asan                   host code and tests under ASan + UBSan, without CUDA, in build/asan
 #   make sanitize [SANITIZE_QUICK=1]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
 #                                     every GPU stage (on the GPU machine), SANITIZE_JOBS in parallel;
@@ -14,18 +18,21 @@
 
 # ---- fuzzing ---------------------------------------------------------------------------------
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= npy npy_file npy_roundtrip npy_header
 FUZZ_CC      ?= clang
-FUZZ_BIN     := $(BUILD)/fuzz_npy
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -fno-omit-frame-pointer -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Icommon -I.
 
-$(FUZZ_BIN): tests/fuzz/fuzz_npy.c common/npy.c common/attn.c common/npy.h common/attn.h
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_check.h common/npy.c common/attn.c common/npy.h common/attn.h
 	@sh tests/fuzz/run_fuzz.sh --probe $(FUZZ_CC)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_npy.c common/npy.c common/attn.c -lm -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< common/npy.c common/attn.c -lm -o $@
 
-fuzz: $(FUZZ_BIN)
-	@sh tests/fuzz/run_fuzz.sh $(FUZZ_BIN) $(BUILD)/fuzz $(FUZZ_SECONDS)
+# Every target runs, even after one has crashed; the status is 1 if any did.
+fuzz: $(addprefix $(BUILD)/fuzz_,$(FUZZ_TARGETS))
+	@rc=0; for t in $(FUZZ_TARGETS); do \
+	     sh tests/fuzz/run_fuzz.sh $(BUILD)/fuzz_$$t $(BUILD)/fuzz/$$t $(FUZZ_SECONDS) || rc=1; done; \
+	 exit $$rc
 
 # ---- host code under AddressSanitizer + UndefinedBehaviorSanitizer ----------------------------
 # ASan and the CUDA driver do not mix, so this build has no CUDA (GPU tests skip). Criterion runs

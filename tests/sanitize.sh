@@ -12,8 +12,9 @@
 #   sanitize.sh plan ATTN        print the (tool, stage, D) triples that `compute` would cover, one a
 #                                line, largest D first: `make sanitize` runs one process per triple.
 #   sanitize.sh leakcheck ATTN   valgrind --leak-check=full over ATTN's error paths (bad arguments,
-#                                missing and malformed .npy files); exit 1 on a leak, a memory error,
-#                                or a bad argument that was accepted.
+#                                missing and malformed .npy files, a FIFO, a failing --save, and
+#                                every host allocation failing in turn); exit 1 on a leak, a memory
+#                                error, or a bad argument that was accepted.
 set -u
 
 mode=${1:-}
@@ -166,7 +167,8 @@ run_leakcheck() {
     [ -f "$f16" ] && [ -f "$f32" ] || die "$cases lacks the valid_*_qkv_* files (run tests/npy_cases/make_cases.py)"
     local dirs=$out/inputs
     rm -rf "$dirs"
-    mkdir -p "$dirs/bad_q" "$dirs/bad_k" "$dirs/bad_v" "$dirs/mismatch" "$dirs/no_v" "$dirs/f8" || die "cannot create $dirs"
+    mkdir -p "$dirs/bad_q" "$dirs/bad_k" "$dirs/bad_v" "$dirs/mismatch" "$dirs/no_v" "$dirs/f8" "$dirs/fifo" \
+        "$dirs/good" "$dirs/out" "$dirs/lse_is_dir/lse.npy" || die "cannot create $dirs"
     cp "$cases/bad_lying_shape.npy" "$dirs/bad_q/q.npy"
     cp "$f16" "$dirs/bad_q/k.npy"; cp "$f16" "$dirs/bad_q/v.npy"
     cp "$f16" "$dirs/bad_k/q.npy"; cp "$cases/bad_truncated_data.npy" "$dirs/bad_k/k.npy"; cp "$f16" "$dirs/bad_k/v.npy"
@@ -174,6 +176,9 @@ run_leakcheck() {
     cp "$f16" "$dirs/mismatch/q.npy"; cp "$f32" "$dirs/mismatch/k.npy"; cp "$f16" "$dirs/mismatch/v.npy"
     cp "$f16" "$dirs/no_v/q.npy"; cp "$f16" "$dirs/no_v/k.npy"
     cp "$cases/bad_dtype_f8.npy" "$dirs/f8/q.npy"; cp "$f16" "$dirs/f8/k.npy"; cp "$f16" "$dirs/f8/v.npy"
+    mkfifo "$dirs/fifo/q.npy"; cp "$f16" "$dirs/fifo/k.npy"; cp "$f16" "$dirs/fifo/v.npy"
+    cp "$f16" "$dirs/good/q.npy"; cp "$f16" "$dirs/good/k.npy"; cp "$f16" "$dirs/good/v.npy"
+    : >"$dirs/lse_is_dir/lse.npy/keep" # rename() cannot replace a non-empty directory: --save fails late
 
     # One case a line: the arguments, all of which must be refused.
     local list=$out/cases.txt
@@ -196,7 +201,19 @@ run_leakcheck() {
 --stage 01 --load $dirs/no_v
 --stage 01 --load $dirs/f8
 --stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --repeat 1 --warmup 0 --save $dirs/no/such/dir
+--stage 01 --load $dirs/fifo
+--stage 01 --load $dirs/good --seq 4
+--stage 01 --seq 4 --dim 8 --check-rows 3
+--stage 01 --seq 16 --dim 8 --scale 3e38
+--stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --save $dirs/lse_is_dir
 EOF
+    # Every host allocation of a small checked and saved run fails once (ATTN_FAIL_ALLOC=n, see
+    # attn.h): each must exit 1 without a leak. n runs from 1 until a plain run gets through.
+    local fault="--stage 01 --causal --load $dirs/good --save $dirs/out --check" n=1
+    while [ "$n" -lt 500 ] && ! ATTN_FAIL_ALLOC=$n "$attn" $fault >/dev/null 2>&1; do
+        echo "ATTN_FAIL_ALLOC=$n $fault" >>"$list"
+        n=$((n + 1))
+    done
     # Without a GPU, a GPU stage fails on the no-GPU path (not built, or no device).
     if [ ! -e /dev/nvidiactl ]; then
         local g
@@ -204,7 +221,7 @@ EOF
         [ -n "$g" ] && echo "--stage $g --batch 1 --heads 1 --seq 4 --dim 64 --repeat 1 --warmup 0" >>"$list"
     fi
 
-    local vg="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9"
+    local vg="valgrind -q --suppressions=$here/valgrind.supp --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9"
     local log=$out/leakcheck.log runs=0 leaks=0 accepted=0 line
     : >"$log"
     printf '%-6s %-9s %s\n' status valgrind arguments
@@ -212,8 +229,10 @@ EOF
         runs=$((runs + 1))
         local part=$out/.run.log
         echo "### $attn $line" >>"$log"
+        local envs=
+        case "$line" in ATTN_FAIL_ALLOC=*) envs=${line%% *} line=${line#* } ;; esac
         # shellcheck disable=SC2086
-        $vg "$attn" $line >"$part" 2>&1
+        env $envs $vg "$attn" $line >"$part" 2>&1
         local rc=$?
         cat "$part" >>"$log"
         echo "### exit status $rc" >>"$log"
@@ -227,7 +246,7 @@ EOF
         fi
         local msg
         msg=$(grep -v '^==' "$part" | grep -m 1 . || true)
-        printf '%-6s %-9s %s\n       %s\n' "$rc" "$verdict" "${line:-(no arguments)}" "${msg:-(no message)}"
+        printf '%-6s %-9s %s\n       %s\n' "$rc" "$verdict" "${envs:+$envs }${line:-(no arguments)}" "${msg:-(no message)}"
     done <"$list"
     rm -f "$out/.run.log"
     echo

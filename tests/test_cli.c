@@ -3,6 +3,7 @@
  * message naming the argument; --save writes whole files or none; a .npy round trip through
  * --load and --save reproduces the reference.
  */
+#include <errno.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -131,6 +132,9 @@ Test(cli, npy_round_trip_matches_reference) {
         snprintf(args, sizeof args, "--stage 01 --causal --load %s --save %s --check", in_dir, out_dir);
         cr_assert_eq(attn(args), 0, "%s", out);
         cr_assert(strstr(out, "B=2 H=3 N=37 D=24") && strstr(out, "PASS"), "shape comes from the files: %s", out);
+        /* float32 files are rounded to fp16, and the run says so; fp16 files are taken as they are */
+        cr_assert((strstr(out, "q.npy, k.npy, v.npy held float32 values, rounded to fp16") != NULL) == (t == NPY_F32),
+                  "%s", out);
 
         attn_problem p = attn_problem_make(2, 3, 37, 24, 1);
         attn_inputs in;
@@ -218,4 +222,297 @@ Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
 
     cr_assert(!file_exists(out_dir, "o.npy") && !file_exists(out_dir, "lse.npy") &&
               !file_exists(out_dir, "o.npy.tmp"), "nothing may be written for bad input");
+}
+
+/* ---- reliability: what a hostile user found (issue 15) ------------------------------------ */
+
+static void write_f16(const char *dir, const char *name, const int64_t *shape) {
+    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    uint16_t *buf = calloc((size_t)n, 2);
+    for (int64_t e = 0; e < n; e++) buf[e] = attn_f2h((float)sin(0.7 * (double)e));
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(npy_write(path, NPY_F16, 4, shape, buf), ATTN_OK, "%s", attn_last_error());
+    free(buf);
+}
+
+/* An out-of-range shape in the files is reported with its reason (it used to print "q.npy: q.npy: "
+ * and nothing else: the reason was formatted into the buffer it was read from). */
+Test(cli, load_shape_errors_keep_their_reason) {
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 1, 4, 300};
+    write_f16(dir, "q.npy", shape), write_f16(dir, "k.npy", shape), write_f16(dir, "v.npy", shape);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir);
+    EXPECT_USAGE(args, "q.npy: dim must be 1..256 (got 300)");
+}
+
+Test(cli, flags_that_would_be_ignored_are_refused) {
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    static const char *shape_flags[4] = {"--seq 8", "--batch 2", "--heads 3", "--dim 16"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "--stage 01 --load %s %s", dir, shape_flags[i]);
+        char needle[64];
+        snprintf(needle, sizeof needle, "%.*s cannot be used with --load", (int)strcspn(shape_flags[i], " "),
+                 shape_flags[i]);
+        EXPECT_USAGE(args, needle);
+    }
+    snprintf(args, sizeof args, "--stage 01 --init large --load %s", dir);
+    EXPECT_USAGE(args, "--init cannot be used with --load");
+    EXPECT_USAGE("--stage 01 --seq 8 --dim 8 --check-rows 5", "--check-rows needs --check");
+}
+
+/* A FIFO among the inputs is refused at once; the timeout turns a hang into a failure. */
+Test(cli, load_refuses_a_fifo) {
+    char dir[64], args[512], path[512];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/q.npy", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "timeout 30 %s %s", attn_bin(), args);
+    int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 2, "exit status %d (124: it hung): %s", rc, out);
+    cr_assert_not_null(strstr(out, "q.npy: not a regular file (a FIFO)"), "%s", out);
+}
+
+/* A path past 512 bytes used to cut the message before its reason. */
+Test(cli, long_paths_keep_the_reason) {
+    char dir[1200], args[1400];
+    make_dir(dir, 64);
+    for (int level = 0; level < 4; level++) { /* 4 directories of 200 characters */
+        size_t n = strlen(dir);
+        dir[n] = '/';
+        memset(dir + n + 1, 'd', 200);
+        dir[n + 201] = '\0';
+        cr_assert_eq(mkdir(dir, 0700), 0, "mkdir: %s", strerror(errno));
+    }
+    cr_assert_gt(strlen(dir), 800);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir);
+    EXPECT_USAGE(args, "q.npy: cannot open: No such file or directory");
+}
+
+/* --scale large enough to overflow the float32 scores or LSE is refused with the bound for these
+ * inputs; a scale inside it runs, and --check never calls a written value "never written". */
+Test(cli, scale_that_overflows_float32_is_refused) {
+    EXPECT_USAGE("--stage 01 --seq 16 --dim 8 --scale 3e38 --check", "--scale: |scale| must be at most");
+    const char *at = strstr(out, "at most ");
+    double limit = 0;
+    cr_assert(at && sscanf(at, "at most %lf", &limit) == 1 && limit > 1e30 && limit < 1e36, "%s", out);
+    char args[256];
+    snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --scale %.6g --check", limit * 0.5);
+    cr_assert_eq(attn(args), 0, "%s: %s", args, out);
+    cr_assert(strstr(out, "PASS") && !strstr(out, "never written") && !strstr(out, "non-finite"), "%s", out);
+    snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --scale %.6g --check", limit * 4);
+    EXPECT_USAGE(args, "at most");
+    /* bf16 holds values up to 3.4e38: inputs whose unscaled dot products overflow float32 are
+     * refused at any scale */
+    char dir[64];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 1, 3, 8};
+    write_inputs(dir, NPY_F32, shape, shape, 0.0f);
+    float big[24];
+    for (int e = 0; e < 24; e++) big[e] = 1e30f * (float)(e % 3 - 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/k.npy", dir);
+    cr_assert_eq(npy_write(path, NPY_F32, 4, shape, big), ATTN_OK, "%s", attn_last_error());
+    snprintf(path, sizeof path, "%s/q.npy", dir);
+    cr_assert_eq(npy_write(path, NPY_F32, 4, shape, big), ATTN_OK, "%s", attn_last_error());
+    snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s --check", dir);
+    EXPECT_USAGE(args, "--load: the inputs are too large for float32 scores at any scale");
+}
+
+/* When every checked element equals the reference, there is no worst element to show: the line
+ * must not invent one ("[b=0, h=0, n=0, d=0] got 0 want 0"). A huge scale makes the softmax one-hot,
+ * so O is a row of V, exactly. */
+Test(cli, exact_output_shows_no_invented_worst_element) {
+    cr_assert_eq(attn("--stage 01 --seq 16 --dim 8 --scale 1e30 --check"), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "max abs error   0.000e+00"), "not exact after all: %s", out);
+    cr_assert_not_null(strstr(out, "worst element   none"), "%s", out);
+    cr_assert_null(strstr(out, "got 0 want 0"), "%s", out);
+    /* an inexact run still names its worst element */
+    cr_assert_eq(attn("--stage 01 --seq 16 --dim 8 --check"), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "worst element   [b="), "%s", out);
+}
+
+/* Results that cannot be written to stdout are a failure: exit 1 and a line on stderr. */
+Test(cli, stdout_write_errors_exit_1) {
+    static const char *cases[] = {
+        "--stage 01 --seq 16 --dim 8 --check >/dev/full",
+        "--help >/dev/full",
+        "--list >/dev/full",
+        "--stage 01 --seq 16 --dim 8 >&-",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[512];
+        /* stderr to the pipe first, then stdout elsewhere */
+        snprintf(cmd, sizeof cmd, "{ %s %s; } 2>&1", attn_bin(), cases[i]);
+        int rc = run_cmd(cmd, out, sizeof out);
+        cr_assert_eq(rc, 1, "'%s': exit status %d, want 1: %s", cases[i], rc, out);
+        cr_assert_not_null(strstr(out, "standard output"), "'%s': %s", cases[i], out);
+    }
+}
+
+/* ---- --save ------------------------------------------------------------------------------- */
+
+static void read_file(const char *dir, const char *name, unsigned char **buf, size_t *len) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc(*len + 1);
+    cr_assert_eq(fread(*buf, 1, *len, f), *len);
+    fclose(f);
+}
+
+static int count_tmp_files(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -a %s | grep -c '\\.tmp$'", dir);
+    run_cmd(cmd, out, sizeof out);
+    return atoi(out);
+}
+
+/* Planted at the old fixed temporary names and at o.npy itself: links to another file, a FIFO, a
+ * file of mode 0666 (owned by nobody when the test runs as root). None is written through, the run
+ * does not hang, and the results are new regular files with the umask's mode. */
+Test(cli, save_never_writes_through_planted_files) {
+    char dir[64], path[512], victim[512], cmd[1024];
+    make_dir(dir, sizeof dir);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    FILE *f = fopen(victim, "wb");
+    fputs("precious", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/o.npy.tmp", dir);
+    cr_assert_eq(symlink(victim, path), 0);
+    snprintf(path, sizeof path, "%s/lse.npy.tmp", dir);
+    cr_assert_eq(mkfifo(path, 0666), 0);
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    cr_assert_eq(symlink(victim, path), 0);
+    snprintf(path, sizeof path, "%s/lse.npy", dir);
+    f = fopen(path, "wb");
+    fputs("planted", f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0666), 0);
+    if (geteuid() == 0) cr_assert_eq(chown(path, 65534, 65534), 0);
+    struct stat planted;
+    cr_assert_eq(stat(path, &planted), 0);
+
+    snprintf(cmd, sizeof cmd, "umask 027; timeout 60 %s --stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s",
+             attn_bin(), dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "exit status %d (124: it hung on the FIFO): %s", rc, out);
+    unsigned char *b;
+    size_t n;
+    read_file(dir, "victim", &b, &n);
+    cr_assert(n == 8 && memcmp(b, "precious", 8) == 0, "the victim was written through a link");
+    free(b);
+    static const char *names[2] = {"o.npy", "lse.npy"};
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        cr_assert_eq(lstat(path, &sb), 0);
+        cr_assert(S_ISREG(sb.st_mode), "%s is not a regular file", names[i]);
+        cr_assert_eq(sb.st_mode & 0777, 0640, "%s: mode %o, want 0640 (0666 less umask 027)", names[i],
+                     sb.st_mode & 0777);
+        cr_assert_eq(sb.st_uid, geteuid(), "%s: the planted file of another user became the result", names[i]);
+        cr_assert(sb.st_ino != planted.st_ino || i == 0, "lse.npy is still the planted file");
+        npy_array a;
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+        npy_free(&a);
+    }
+    cr_assert_eq(count_tmp_files(dir), 2, "only the two planted .tmp entries remain: %s", out);
+}
+
+/* Runs saving to one directory at the same time: each file is whole, and the pair that stays is one
+ * run's (o.npy and lse.npy are renamed under a lock of the directory). Whether the writes overlap
+ * depends on timing; test_npy.c's concurrent_writes_to_one_path_stay_whole forces the overlap. */
+Test(cli, concurrent_saves_leave_one_runs_pair) {
+    enum { RUNS = 4, ROUNDS = 2 };
+    char shared[64], own[RUNS][64], cmd[4096];
+    make_dir(shared, sizeof shared);
+    /* 524,288 values of O (1 MiB) for 0.5 GFLOP: the writes are long enough to overlap */
+    const char *shape = "--stage 01 --batch 1 --heads 8 --seq 256 --dim 256";
+    unsigned char *o_own[RUNS], *l_own[RUNS];
+    size_t no[RUNS], nl[RUNS];
+    for (int r = 0; r < RUNS; r++) {
+        make_dir(own[r], sizeof own[r]);
+        snprintf(cmd, sizeof cmd, "%s %s --seed %d --save %s", attn_bin(), shape, r + 1, own[r]);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+        read_file(own[r], "o.npy", &o_own[r], &no[r]);
+        read_file(own[r], "lse.npy", &l_own[r], &nl[r]);
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        size_t k = (size_t)snprintf(cmd, sizeof cmd, "rc=0; pids=; ");
+        for (int r = 0; r < RUNS; r++)
+            k += (size_t)snprintf(cmd + k, sizeof cmd - k, "%s %s --seed %d --save %s >/dev/null & pids=\"$pids $!\"; ",
+                                  attn_bin(), shape, r + 1, shared);
+        snprintf(cmd + k, sizeof cmd - k, "for j in $pids; do wait $j || rc=1; done; exit $rc");
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "round %d: %s", round, out);
+        unsigned char *o, *l;
+        size_t n_o, n_l;
+        read_file(shared, "o.npy", &o, &n_o);
+        read_file(shared, "lse.npy", &l, &n_l);
+        int who = -1;
+        for (int r = 0; r < RUNS && who < 0; r++)
+            if (n_o == no[r] && memcmp(o, o_own[r], n_o) == 0) who = r;
+        cr_assert_geq(who, 0, "round %d: o.npy is no run's output (%zu bytes)", round, n_o);
+        cr_assert(n_l == nl[who] && memcmp(l, l_own[who], n_l) == 0,
+                  "round %d: lse.npy is not from the run (seed %d) whose o.npy stayed", round, who + 1);
+        cr_assert_eq(count_tmp_files(shared), 0, "round %d left temporaries", round);
+        free(o), free(l);
+    }
+    for (int r = 0; r < RUNS; r++) free(o_own[r]), free(l_own[r]);
+}
+
+/* When lse.npy cannot be put in place, the new o.npy must not stay either: no o.npy beside an lse.npy
+ * of another run, or alone. */
+Test(cli, save_failure_leaves_no_unpaired_output) {
+    char dir[64], path[512], args[512];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/lse.npy", dir);
+    cr_assert_eq(mkdir(path, 0700), 0); /* a non-empty directory: rename() cannot replace it */
+    snprintf(path, sizeof path, "%s/lse.npy/keep", dir);
+    FILE *f = fopen(path, "wb");
+    fputs("k", f);
+    fclose(f);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
+    cr_assert_eq(attn(args), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "lse.npy: cannot rename"), "%s", out);
+    cr_assert(!file_exists(dir, "o.npy"), "a new o.npy stayed without its lse.npy: %s", out);
+    cr_assert_eq(count_tmp_files(dir), 0, "temporaries were left behind");
+}
+
+/* A stage that writes no LSE removes the lse.npy an earlier run left beside o.npy (GPU stages 03-05;
+ * skipped where none can run). */
+Test(cli, save_without_lse_removes_a_stale_one) {
+    const attn_stage *s = NULL;
+    for (int i = 0; i < attn_num_stages && !s; i++)
+        if (!attn_stages[i].writes_lse && attn_stages[i].supports_dim(64)) s = &attn_stages[i];
+    cr_assert_not_null(s, "the registry has no stage without LSE");
+    SKIP_UNLESS_RUNNABLE(s);
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 64 --save %s", dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(file_exists(dir, "lse.npy"));
+    snprintf(args, sizeof args, "--stage %s --batch 1 --heads 2 --seq 9 --dim 64 --save %s", s->id, dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(file_exists(dir, "o.npy") && !file_exists(dir, "lse.npy"), "stage %s left a stale lse.npy", s->id);
+}
+
+/* The --save directory is tried for real (its files are created) before the run: as root, /proc
+ * passes access(W_OK) yet takes no file, and the run used to fail only after computing. */
+Test(cli, save_directory_is_tried_before_the_run) {
+    EXPECT_USAGE("--stage 01 --seq 16 --dim 8 --save /proc", "--save: '/proc' is not a writable directory");
+    cr_assert_null(strstr(out, "time "), "the stage ran before the directory was tried: %s", out);
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --save %s/victim", dir); /* a file */
+    FILE *f = fopen(args + strlen("--stage 01 --seq 16 --dim 8 --save "), "wb");
+    fclose(f);
+    EXPECT_USAGE(args, "is not a writable directory");
 }

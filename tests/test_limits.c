@@ -104,3 +104,30 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
     }
     attn_inputs_free(&in);
 }
+
+/* The device byte counts of a problem near the 2^62-element limit: 4 * |Q| + |LSE| passes 2^64, and
+ * for this shape (found by search) it used to wrap to exactly 1 GiB, so the fit check passed and the
+ * run went on to a doomed cudaMalloc. It must be refused as out of memory before anything is
+ * allocated or copied: the host tensors here are 8 elements, never read. */
+Test(limits, device_byte_counts_do_not_wrap) {
+    const attn_stage *s = NULL;
+    for (int i = 0; i < attn_num_stages && !s; i++)
+        if (attn_stages[i].on_gpu && !attn_stages[i].workspace_bytes) s = &attn_stages[i];
+    cr_assert_not_null(s);
+    SKIP_UNLESS_RUNNABLE(s);
+    attn_inputs in;
+    memset(&in, 0, sizeof in);
+    in.p = attn_problem_make(52634, 1044488, 1 << 24, 2, 0);
+    cr_assert_eq(attn_problem_validate(&in.p), ATTN_OK, "%s", attn_last_error());
+    const double io = 4.0 * 2.0 * (double)attn_qkv_elems(&in.p) + 4.0 * (double)attn_rows(&in.p);
+    cr_assert_eq(io - 0x1p64, 1073741824.0, "the shape no longer wraps to 1 GiB");
+    uint16_t tiny[8] = {0};
+    float tiny_lse[8];
+    in.q = in.k = in.v = tiny;
+    attn_run_opts opt = attn_run_opts_default();
+    attn_result r;
+    memset(&r, 0, sizeof r);
+    attn_status st = attn_run_gpu(s, &in, &opt, &r, tiny, tiny_lse);
+    cr_assert_eq(st, ATTN_ENOMEM, "stage %s: status %d: %s", s->id, (int)st, attn_last_error());
+    cr_assert_not_null(strstr(attn_last_error(), "EiB"), "%s", attn_last_error());
+}

@@ -1,0 +1,166 @@
+/*
+ * test_errors.c: failures reported as they happen. A last-error message survives being quoted in
+ * the next one, and a long path does not push the reason out of it; every shell script of the
+ * repository parses, and the Criterion installer prints its advice where it cannot install; an
+ * allocation that fails anywhere in loading, stage 01, the check or saving gives exit status 1 and
+ * one line, never a hang (stage 01's OpenMP region), a crash, exit status 2 or a half-saved result.
+ */
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "half.h"
+#include "npy.h"
+#include "test_util.h"
+
+static char out[65536];
+
+/* The repository's root, from this file's path (make compiles tests/test_errors.c from the root). */
+static const char *repo_root(void) {
+    static char dir[1024];
+    const char *file = __FILE__, *slash = strrchr(file, '/');
+    if (!slash || slash == file) return ".";
+    snprintf(dir, sizeof dir, "%.*s/..", (int)(slash - file) % 1000, file);
+    return dir;
+}
+
+Test(errors, message_may_quote_the_last_error) {
+    attn_fail(ATTN_EIO, "inner reason %d", 7);
+    attn_fail(ATTN_EIO, "q.npy: %s", attn_last_error());
+    cr_assert_str_eq(attn_last_error(), "q.npy: inner reason 7");
+    /* twice more, the way the loader and the front end wrap a reason */
+    attn_fail(ATTN_EIO, "%s: %s", "/d/q.npy", attn_last_error());
+    cr_assert_str_eq(attn_last_error(), "/d/q.npy: q.npy: inner reason 7");
+}
+
+Test(errors, long_context_keeps_the_reason) {
+    static char path[4200];
+    memset(path, 'p', 4090);
+    path[0] = '/';
+    path[4090] = '\0';
+    attn_fail(ATTN_EIO, "%s: cannot open: %s", path, "No such file or directory");
+    const char *m = attn_last_error();
+    cr_assert_eq(strlen(m), 4090 + strlen(": cannot open: No such file or directory"));
+    cr_assert_not_null(strstr(m, "cannot open: No such file or directory"));
+    /* npy names longer than 1000 bytes are shortened in the middle, never at the reason */
+    static char longname[9000];
+    memset(longname, 'n', 8990);
+    longname[8990] = '\0';
+    npy_array a;
+    cr_assert_eq(npy_read(longname, &a), ATTN_EIO);
+    cr_assert_not_null(strstr(attn_last_error(), "...nnn"), "%.100s", attn_last_error());
+    cr_assert_not_null(strstr(attn_last_error(), ": cannot open: File name too long"), "%s", attn_last_error());
+}
+
+/* ---- the shell scripts -------------------------------------------------------------------- */
+
+Test(errors, every_shell_script_parses) {
+    char cmd[4096];
+    /* sh -n for #!/bin/sh scripts (dash here: stricter than bash), bash -n for bash ones */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && n=0; for f in $(find . -name '*.sh' -not -path './build/*'); do n=$((n+1)); "
+             "case \"$(head -n 1 \"$f\")\" in *bash*) sh=bash;; *) sh=sh;; esac; "
+             "$sh -n \"$f\" || echo \"SYNTAX ERROR: $f\"; done; echo \"scripts: $n\"",
+             repo_root());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "SYNTAX ERROR"), "%s", out);
+    int n = 0;
+    const char *k = strstr(out, "scripts: ");
+    cr_assert(k && sscanf(k, "scripts: %d", &n) == 1 && n >= 3, "no scripts found: %s", out);
+    snprintf(cmd, sizeof cmd, "sh -n '%s/tests/ensure-criterion.sh'", repo_root());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "tests/ensure-criterion.sh: %s", out);
+}
+
+/* Without Criterion and without apt-get (a PATH holding only rm and id, a compiler that fails), the
+ * installer must say what to install and exit 1, not stop on a syntax error. */
+Test(errors, ensure_criterion_says_what_to_install) {
+    char bin[64], cmd[4096];
+    snprintf(bin, sizeof bin, "/tmp/attn-nocrit-XXXXXX");
+    cr_assert_not_null(mkdtemp(bin));
+    snprintf(cmd, sizeof cmd,
+             "for t in rm id; do ln -s \"$(command -v $t)\" %s/$t || exit 9; done; "
+             "env PATH=%s CC=/bin/false /bin/sh '%s/tests/ensure-criterion.sh'",
+             bin, bin, repo_root());
+    int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 1, "exit status %d: %s", rc, out);
+    cr_assert_not_null(strstr(out, "Criterion is missing and this is not a Debian/Ubuntu system"), "%s", out);
+    cr_assert_not_null(strstr(out, "'-lcriterion' links"), "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", bin);
+    run_cmd(cmd, out, sizeof out);
+}
+
+/* ---- injected allocation failures ---------------------------------------------------------- */
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* ATTN_FAIL_ALLOC=n fails the n-th allocation: n = 1, 2, ... until the run gets through. Every run
+ * before that must exit 1 with a line that says what could not be allocated, within 60 s (stage 01
+ * used to allocate inside its OpenMP region, where one thread's failure left the others waiting at
+ * a barrier forever), and must leave the --save directory as it was. */
+static void sweep(const char *args, const char *save_dir, int expect_files) {
+    char cmd[4096];
+    int n;
+    for (n = 1; n < 2000; n++) {
+        snprintf(cmd, sizeof cmd, "ATTN_FAIL_ALLOC=%d OMP_NUM_THREADS=4 timeout 60 %s %s", n, attn_bin(), args);
+        int rc = run_cmd(cmd, out, sizeof out);
+        if (rc == 0) break;
+        cr_assert_eq(rc, 1, "allocation %d failed: exit status %d (124: it hung), want 1: %s", n, rc, out);
+        cr_assert(strstr(out, "allocate") || strstr(out, "out of memory"), "allocation %d: %s", n, out);
+        cr_assert_null(strstr(out, "Sanitizer"), "allocation %d: %s", n, out);
+        if (save_dir) cr_assert_eq(count_entries(save_dir), 0, "allocation %d left files in %s", n, save_dir);
+    }
+    cr_assert(n > 5 && n < 2000, "the sweep ended after %d allocations: %s", n, out);
+    cr_assert_not_null(strstr(out, "PASS"), "%s", out);
+    if (save_dir) cr_assert_eq(count_entries(save_dir), expect_files);
+    cr_log_info("%s: %d allocations, each failure handled", args, n - 1);
+}
+
+Test(faults, every_allocation_failure_exits_1) {
+    char in_dir[64], out_dir[64], args[512];
+    snprintf(in_dir, sizeof in_dir, "/tmp/attn-fault-in-XXXXXX");
+    snprintf(out_dir, sizeof out_dir, "/tmp/attn-fault-out-XXXXXX");
+    cr_assert_not_null(mkdtemp(in_dir));
+    cr_assert_not_null(mkdtemp(out_dir));
+    const int64_t shape[4] = {1, 3, 29, 8};
+    const char *names[3] = {"q", "k", "v"};
+    for (int t = 0; t < 3; t++) {
+        float v[3 * 29 * 8];
+        for (int e = 0; e < 3 * 29 * 8; e++) v[e] = (float)(e % 13) * 0.1f - 0.6f + (float)t;
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s.npy", in_dir, names[t]);
+        cr_assert_eq(npy_write(path, NPY_F32, 4, shape, v), ATTN_OK, "%s", attn_last_error());
+    }
+    /* loading (a host out-of-memory there is exit 1, not 2 "bad input"), stage 01, check, save */
+    snprintf(args, sizeof args, "--stage 01 --causal --load %s --save %s --check", in_dir, out_dir);
+    sweep(args, out_dir, 2);
+    /* random inputs */
+    sweep("--stage 01 --batch 2 --heads 2 --seq 37 --dim 5 --check", NULL, 0);
+}
+
+/* The loader's two allocations, named: the header, then the data. */
+Test(faults, loader_out_of_memory_is_exit_1) {
+    char in_dir[64], cmd[512];
+    snprintf(in_dir, sizeof in_dir, "/tmp/attn-fault-in-XXXXXX");
+    cr_assert_not_null(mkdtemp(in_dir));
+    const int64_t shape[4] = {1, 1, 4, 8};
+    uint16_t v[32] = {0};
+    const char *names[3] = {"q", "k", "v"};
+    for (int t = 0; t < 3; t++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s.npy", in_dir, names[t]);
+        cr_assert_eq(npy_write(path, NPY_F16, 4, shape, v), ATTN_OK, "%s", attn_last_error());
+    }
+    for (int n = 1; n <= 2; n++) {
+        snprintf(cmd, sizeof cmd, "ATTN_FAIL_ALLOC=%d %s --stage 01 --load %s", n, attn_bin(), in_dir);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+        cr_assert_not_null(strstr(out, "q.npy: out of memory for"), "%s", out);
+    }
+}
