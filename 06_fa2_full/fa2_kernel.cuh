@@ -115,8 +115,6 @@ static __device__ __forceinline__ void fa2_attention_block(const fa2_params *p, 
     fa2_store_lse<D, RECIPE>(p, &blk, m, l, &ln);          /* lines 13 and 15 */
 }
 
-extern __shared__ __align__(16) unsigned char fa2_smem[];
-
 /* Stage 06: one block per (row tile, head); fa2_block_head() gives the mapping and the order. */
 template <int DTYPE, int D, int CAUSAL>
 __global__ void __launch_bounds__(fa2_traits_of(D, FA2_RECIPE_FINAL).threads,

@@ -36,6 +36,9 @@
 #include "fa2_ptx.cuh"
 #include "fa2_traits.cuh"
 
+/* The dynamic shared memory of every stage 06 kernel; the kernels round its address up to 1024 bytes. */
+extern __shared__ __align__(16) unsigned char fa2_smem[];
+
 /* Address of chunk pair k (32-byte step) or chunk k (16-byte step) from a lane's base address whose
  * chunk bits hold the lane's own swizzle term. With the base 1024-aligned and rows a power of two
  * bytes, XOR-ing the address equals XOR-ing the chunk index: one LOP3, and the row offsets then fold
