@@ -73,26 +73,21 @@ static cudaError_t fa2_launch(void (*kernel)(const fa2_params), const fa2_params
     return e;
 }
 
-/* Stage 06's kernel for one dtype: the head dim and the mask pick the instantiation. */
+/* Stage 06's kernel for one dtype, head dim D and mask. */
+template <int DTYPE, int CAUSAL, int D>
+static cudaError_t fa2_launch_dim(const fa2_params *kp, cudaStream_t stream, const char **why) {
+    return fa2_launch<DTYPE, D, CAUSAL, FA2_RECIPE_FINAL>(fa2_forward_kernel<DTYPE, D, CAUSAL>, kp, stream,
+                                                          why);
+}
+
 template <int DTYPE, int CAUSAL>
 static cudaError_t fa2_launch_final(const fa2_params *kp, int64_t D, cudaStream_t stream, const char **why) {
     switch (D) {
-    case 32:
-        return fa2_launch<DTYPE, 32, CAUSAL, FA2_RECIPE_FINAL>(fa2_forward_kernel<DTYPE, 32, CAUSAL>, kp,
-                                                               stream, why);
-    case 64:
-        return fa2_launch<DTYPE, 64, CAUSAL, FA2_RECIPE_FINAL>(fa2_forward_kernel<DTYPE, 64, CAUSAL>, kp,
-                                                               stream, why);
-    case 96:
-        return fa2_launch<DTYPE, 96, CAUSAL, FA2_RECIPE_FINAL>(fa2_forward_kernel<DTYPE, 96, CAUSAL>, kp,
-                                                               stream, why);
-    case 128:
-        return fa2_launch<DTYPE, 128, CAUSAL, FA2_RECIPE_FINAL>(fa2_forward_kernel<DTYPE, 128, CAUSAL>, kp,
-                                                                stream, why);
-    case 256:
-        return fa2_launch<DTYPE, 256, CAUSAL, FA2_RECIPE_FINAL>(fa2_forward_kernel<DTYPE, 256, CAUSAL>, kp,
-                                                                stream, why);
-    default: break;
+    case 32: return fa2_launch_dim<DTYPE, CAUSAL, 32>(kp, stream, why);
+    case 64: return fa2_launch_dim<DTYPE, CAUSAL, 64>(kp, stream, why);
+    case 96: return fa2_launch_dim<DTYPE, CAUSAL, 96>(kp, stream, why);
+    case 128: return fa2_launch_dim<DTYPE, CAUSAL, 128>(kp, stream, why);
+    case 256: return fa2_launch_dim<DTYPE, CAUSAL, 256>(kp, stream, why);
     }
     *why = "head dim must be 32, 64, 96, 128 or 256"; /* fa2_check_args refuses it before */
     return cudaErrorInvalidValue;

@@ -59,10 +59,15 @@ if ! grep -q '<!-- road:begin -->' "$readme" || ! grep -q '<!-- road:end -->' "$
     echo "road_table: $readme has no <!-- road:begin --> ... <!-- road:end --> markers" >&2
     exit 1
 fi
-awk -v content="$tmp/table.md" '
-    index($0, "<!-- road:begin -->") { print; while ((getline line < content) > 0) print line; skip = 1; next }
-    skip && index($0, "<!-- road:end -->") { skip = 0 }
-    !skip { print }' "$readme" > "$tmp/readme"
+# The lines between the markers become the table (sed: print the begin marker, queue the table,
+# drop the old lines, keep the end marker).
+sed -e '/<!-- road:begin -->/,/<!-- road:end -->/{
+/<!-- road:begin -->/{
+p
+r '"$tmp/table.md"'
+}
+/<!-- road:end -->/!d
+}' "$readme" > "$tmp/readme"
 if cmp -s "$tmp/readme" "$readme"; then
     echo "road_table: $readme unchanged"
 else

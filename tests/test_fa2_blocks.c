@@ -162,20 +162,15 @@ Test(fa2_blocks, tile_copy_swizzle_and_ldmatrix_on_the_gpu) {
 #endif
 }
 
-Test(fa2_blocks, accumulator_rows_and_columns_on_the_gpu) {
+/* One mma's accumulators at the rows and columns of the fragment map, and P repacked from them into the
+ * A operand of P V (times the identity: P again), for both dtypes. */
+Test(fa2_blocks, mma_fragments_and_p_repack_on_the_gpu) {
     SKIP_WITHOUT_GPU();
 #ifdef ATTN_HAVE_CUDA
     char msg[512];
-    for (int bf16 = 0; bf16 <= 1; bf16++)
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
         cr_assert_eq(fa2_selftest_fragment_rows(bf16, msg, sizeof msg), 0, "%s", msg);
-#endif
-}
-
-Test(fa2_blocks, p_repack_is_the_a_operand_on_the_gpu) {
-    SKIP_WITHOUT_GPU();
-#ifdef ATTN_HAVE_CUDA
-    char msg[512];
-    for (int bf16 = 0; bf16 <= 1; bf16++)
         cr_assert_eq(fa2_selftest_p_repack(bf16, msg, sizeof msg), 0, "%s", msg);
+    }
 #endif
 }
