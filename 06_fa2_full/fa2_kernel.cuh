@@ -57,8 +57,8 @@ static __device__ __forceinline__ void fa2_key_tile(const fa2_params *p, const f
         float s[T.slices][T.bcs / 8][4];
         uint32_t a_qk[T.slices][4], b_qk[4]; /* operand registers (see fa2_compute_s for why they are here) */
         fa2_compute_s<DTYPE, D, RECIPE>(s, q_frag, q_ld, k_ld, step, a_qk, b_qk);
-        uint32_t p_frag[T.slices][T.bcs / 8]
-                       [2]; /* P as 16-bit pairs: [mi][nt][h] = row g + 8h, keys 8nt + 2t, +1 */
+        /* P as 16-bit pairs: p_frag[mi][nt][h] = row g + 8h of slice mi, keys 8nt + 2t, +1 */
+        uint32_t p_frag[T.slices][T.bcs / 8][2];
         uint32_t a_pv[T.slices][4], b_pv[4];
         fa2_online_softmax<DTYPE, D, CAUSAL, RECIPE, MASK>(p, blk, s, p_frag, o, m, l,
                                                            j * T.bc + step * T.bcs, lane, warp);
