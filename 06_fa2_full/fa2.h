@@ -44,7 +44,7 @@ typedef enum {
  *   causal 0: every query sees every key; 1: query i sees keys 0..i
  *   scale  finite, |scale| <= FA2_MAX_SCALE; 1/sqrt(D) is the usual one (negative flips the scores,
  *          0 is uniform attention). LSE overflows to +-inf where |scale * q . k| exceeds float range.
- * Before launching it asks the runtime what each pointer is (cudaPointerGetAttributes, five calls):
+ * Before launching it asks the runtime what each pointer is (cudaPointerGetAttributes, one call each):
  * host memory and memory of another device are FA2_EINVAL.
  * FA2_ECUDA is the error of its own calls (the configuration, the launch), never one that an earlier
  * call left in cudaGetLastError(): that one stays there for its owner. A fault inside the asynchronous
