@@ -65,7 +65,7 @@ C_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(C_SRC))
 LIB   := $(BUILD)/libattn.a
 ATTN  := $(BUILD)/attn
 
-.PHONY: all clean check check-asan info
+.PHONY: all clean check check-asan info format-check
 all: $(ATTN)
 
 info:
@@ -91,6 +91,30 @@ endif
 
 $(ATTN): common/attn_main.c $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# compile_commands.json: every compile command of this build (the pattern rules' own flags), for clangd
+# and other tools; make NO_CUDA=1 compile_commands.json leaves the CUDA files out.
+CDB_C  := $(C_SRC) $(MAIN_SRC) $(wildcard tests/test_*.c)
+CDB_CU := $(if $(HAVE_CUDA),$(CU_SRC))
+.PHONY: compile_commands.json
+compile_commands.json:
+	@{ $(foreach f,$(CDB_C),printf '  {"directory": "%s", "file": "%s", "command": "%s"},\n' \
+	      "$(CURDIR)" "$(f)" "$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $(f)";) \
+	   $(foreach f,$(CDB_CU),printf '  {"directory": "%s", "file": "%s", "command": "%s"},\n' \
+	      "$(CURDIR)" "$(f)" "$(NVCC) $(NVCCFLAGS_ALL) -c $(f)";) } > $@.tmp
+	@{ echo '['; sed '$$ s/},$$/}/' $@.tmp; echo ']'; } > $@ && rm -f $@.tmp
+	@echo "compile_commands.json: $(words $(CDB_C) $(CDB_CU)) files"
+
+# The files clang-format (.clang-format) checks. Listed, not globbed: files written before the
+# .clang-format existed join the list once they are formatted (clang-format -i FILE).
+FORMAT_CHECKED := $(wildcard 06_fa2_full/*.c 06_fa2_full/*.h 06_fa2_full/*.cu 06_fa2_full/*.cuh) \
+                  tests/test_fa2_blocks.c tests/test_fa2_api.c
+CLANG_FORMAT   ?= clang-format
+format-check:
+	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || \
+	  { echo "format-check: $(CLANG_FORMAT) not found (apt-get install clang-format)" >&2; exit 1; }
+	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_CHECKED)
+	@echo "format-check: $(words $(FORMAT_CHECKED)) files follow .clang-format"
 
 include tests/tests.mk
 -include $(sort $(filter-out tests/tests.mk,$(wildcard */*.mk)))

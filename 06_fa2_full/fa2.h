@@ -3,10 +3,11 @@
  *
  *   O = softmax(scale * Q K^T [+ causal mask]) V,   LSE = log of the softmax denominator
  *
- * Layout: Q, K, V, O are contiguous row-major [B, H, N, D] device arrays of one 16-bit type (fp16 or
- * bf16), each 16-byte aligned (cudaMalloc gives 256). LSE, when not NULL, is a float32 [B, H, N]
- * device array that receives the NATURAL log of sum_j exp(scale * q_i . k_j) over the keys query i
- * sees (all N, or 0..i when causal).
+ * Layout: Q, K, V, O are contiguous row-major [B, H, N, D] arrays of one 16-bit type (fp16 or bf16) in
+ * device memory of the current device (cudaMalloc, cudaMallocAsync, or managed memory), each 16-byte
+ * aligned (cudaMalloc gives 256). LSE, when not NULL, is a float32 [B, H, N] device array that receives
+ * the NATURAL log of sum_j exp(scale * q_i . k_j) over the keys query i sees (all N, or 0..i when causal).
+ * The outputs O and LSE must not overlap Q, K, V or each other; Q, K and V may overlap (q == k is fine).
  *
  * Build: `make build/libfa2.a`, then link a C program with
  *   gcc prog.c -I06_fa2_full -I/usr/local/cuda/include build/libfa2.a \
@@ -28,21 +29,35 @@ typedef enum { FA2_F16 = 0, FA2_BF16 = 1 } fa2_dtype;
 
 typedef enum {
     FA2_OK = 0,
-    FA2_EINVAL = 1,       /* a bad argument: NULL pointer, size <= 0, misaligned pointer, bad scale */
-    FA2_EUNSUPPORTED = 2, /* valid but not handled here: head dim other than 32/64/96/128/256 */
+    FA2_EINVAL = 1,       /* a bad argument: NULL or host pointer, size <= 0, misaligned or overlapping
+                             buffers, bad scale */
+    FA2_EUNSUPPORTED = 2, /* valid but not handled here: head dim other than 32/64/96/128/256, N > 2^30 */
     FA2_ECUDA = 3,        /* the CUDA runtime refused: no device, kernel configuration or launch */
 } fa2_status;
+
+/* The largest |scale| taken: the kernel multiplies by scale * log2(e), which must stay a finite float. */
+#define FA2_MAX_SCALE 2.3e38f
 
 /*
  * Launches the forward kernel on `stream` and returns without synchronising. Never exits.
  *   D      32, 64, 96, 128 or 256 (64 and 128 are the tuned ones)
  *   causal 0: every query sees every key; 1: query i sees keys 0..i
- *   scale  any finite value; 1/sqrt(D) is the usual one
- * FA2_ECUDA covers the configuration and the launch (it reads and clears cudaGetLastError()); a fault
- * inside the asynchronous kernel run shows up at the caller's next synchronisation, as for any kernel.
+ *   scale  finite, |scale| <= FA2_MAX_SCALE; 1/sqrt(D) is the usual one (negative flips the scores,
+ *          0 is uniform attention). LSE overflows to +-inf where |scale * q . k| exceeds float range.
+ * Before launching it asks the runtime what each pointer is (cudaPointerGetAttributes, one call each):
+ * host memory and memory of another device are FA2_EINVAL.
+ * FA2_ECUDA is the error of its own calls (the configuration, the launch), never one that an earlier
+ * call left in cudaGetLastError(): that one stays there for its owner. A fault inside the asynchronous
+ * kernel run shows up at the caller's next synchronisation, as for any kernel. When the result is not
+ * FA2_OK, nothing was queued on the stream.
  */
 fa2_status fa2_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B, int64_t H,
                        int64_t N, int64_t D, int causal, float scale, fa2_dtype dtype, cudaStream_t stream);
+
+/* Why this thread's last fa2_forward() call that did not return FA2_OK refused, in one line naming the
+ * argument ("scale: must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38"); a successful call leaves it
+ * as it was. "" before any refusal. Valid until the thread's next fa2_forward() call. */
+const char *fa2_last_error(void);
 
 /* "ok", "invalid argument", "unsupported", "CUDA error", or "unknown status". */
 const char *fa2_status_string(fa2_status s);

@@ -1,6 +1,7 @@
 /*
- * stage06.h: stage 06 as the suite's registry sees it (common/registry.c). The kernel and the library
- * entry point fa2_forward() are in fa2.cu; stage06_run() is a thin adapter over the same code path.
+ * stage06.h: stage 06 and its road as the suite's registry sees them (common/registry.c). The kernels
+ * and the library entry point fa2_forward() are in fa2_*.cu; stage06_run() is a thin adapter over the
+ * same launch path, and stage06a_run() .. stage06e_run() run the road's steps (step06*.cu).
  */
 #ifndef STAGE06_H
 #define STAGE06_H
@@ -16,10 +17,19 @@ extern "C" {
 
 /* 1 for head dims 32, 64, 96, 128, 256. Always built (no CUDA needed). */
 int stage06_supports_dim(int64_t D);
+/* The road's steps: 1 for head dims 64 and 128. */
+int stage06_road_supports_dim(int64_t D);
 
 /* fp16 and bf16; writes LSE; no workspace; launches on a->stream, does not synchronise. Defined only
- * in a CUDA build (the registry takes it through GPU_RUN). */
+ * in a CUDA build (the registry takes them through GPU_RUN). */
 attn_status stage06_run(const attn_problem *p, const attn_args *a);
+/* The road (fp16, D = 64 or 128, LSE written): 06a first mma.sync kernel, 06b + P in registers,
+ * 06c + swizzle, 06d + Q in registers, 06e + cp.async double buffering; stage 06 adds FA2's tiles. */
+attn_status stage06a_run(const attn_problem *p, const attn_args *a);
+attn_status stage06b_run(const attn_problem *p, const attn_args *a);
+attn_status stage06c_run(const attn_problem *p, const attn_args *a);
+attn_status stage06d_run(const attn_problem *p, const attn_args *a);
+attn_status stage06e_run(const attn_problem *p, const attn_args *a);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "warm-up (CUDA events on the GPU), TFLOP/s (4*B*H*N*N*D, half when causal), and the\n"
             "device memory the stage needs beyond Q, K, V, O and LSE.\n"
             "\n"
-            "  --stage ID        stage to run: its id, folder or name (see --list)\n"
+            "  --stage ID        stage to run: its id (06a..06e: the road to 06), folder or name (see --list)\n"
             "  --batch B         batch size, 1..%d (default 2)\n"
             "  --heads H         heads, 1..%d (default 8)\n"
             "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"

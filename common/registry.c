@@ -65,8 +65,20 @@ const attn_stage attn_stages[] = {
     {"05", "05_causal_bands", "causal_bands",
      "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
      SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+    /* Stage 06's road: each step one idea on the way from stage 05 to stage 06 (06_fa2_full/step06*.cu). */
+    {"06a", "06_fa2_full", "fa2_first_mma",
+     "road: stage 05 on mma.sync (64 x 64 tiles, P through smem, load then compute, Q re-read)",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06a_run)},
+    {"06b", "06_fa2_full", "fa2_p_in_registers", "road: 06a + P kept in registers (the S accumulators)",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06b_run)},
+    {"06c", "06_fa2_full", "fa2_swizzle", "road: 06b + XOR-swizzled shared memory (no bank conflicts)",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06c_run)},
+    {"06d", "06_fa2_full", "fa2_q_in_registers", "road: 06c + Q fragments held in registers",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06d_run)},
+    {"06e", "06_fa2_full", "fa2_double_buffer", "road: 06d + cp.async double buffering of K and V",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06e_run)},
     {"06", "06_fa2_full", "fa2_full",
-     "FlashAttention-2: tensor cores, P kept in registers, cp.async double buffering, swizzled smem, LSE",
+     "FlashAttention-2: 06e with FA2's tiles per head dim (128 rows, 32 per warp), bf16, D up to 256",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
     {"07", "07_tma_wgmma", "tma_wgmma",
      "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from registers",
@@ -95,6 +107,9 @@ int attn_built_with_cuda(void) {
 #endif
 }
 
+/* 1 when the id is a stage number alone ("06"), not a road step ("06c") */
+static int id_is_number(const char *id) { return id[0] && strspn(id, "0123456789") == strlen(id); }
+
 const attn_stage *attn_find_stage(const char *key) {
     if (!key || !*key) return NULL;
     char *end = NULL;
@@ -102,8 +117,10 @@ const attn_stage *attn_find_stage(const char *key) {
     int numeric = end && *end == '\0' && n >= 0 && n < 100;
     for (int s = 0; s < attn_num_stages; s++) {
         const attn_stage *st = &attn_stages[s];
-        if (numeric && atoi(st->id) == n) return st;
-        if (strcmp(key, st->folder) == 0 || strcmp(key, st->name) == 0) return st;
+        if (strcmp(key, st->id) == 0 || strcmp(key, st->name) == 0) return st;
+        /* "6" is stage 06, and so is its folder; the road steps that share the folder have their ids */
+        if (!id_is_number(st->id)) continue;
+        if ((numeric && atoi(st->id) == n) || strcmp(key, st->folder) == 0) return st;
     }
     return NULL;
 }

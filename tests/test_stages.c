@@ -128,3 +128,20 @@ Test(registry, naive_gpu_refuses_scores_that_do_not_fit) {
     cr_assert(strstr(attn_last_error(), "GiB free"), "message: %s", attn_last_error());
     attn_inputs_free(&in);
 }
+
+/* Every stage is found by its id and its name; a stage number ("6", "06") and a folder name the
+ * numbered stage, never a road step that shares its folder ("06c" is found as "06c" only). */
+Test(registry, find_stage_by_id_name_number_and_folder) {
+    for (int i = 0; i < attn_num_stages; i++) {
+        const attn_stage *s = &attn_stages[i];
+        cr_assert_eq(attn_find_stage(s->id), s, "id %s", s->id);
+        cr_assert_eq(attn_find_stage(s->name), s, "name %s", s->name);
+        const attn_stage *by_folder = attn_find_stage(s->folder);
+        cr_assert(by_folder && strspn(by_folder->id, "0123456789") == strlen(by_folder->id),
+                  "folder %s finds %s", s->folder, by_folder ? by_folder->id : "nothing");
+        char number[8];
+        snprintf(number, sizeof number, "%d", atoi(s->id));
+        cr_assert_eq(attn_find_stage(number), by_folder, "number %s", number);
+    }
+    cr_assert_null(attn_find_stage("06z"));
+}

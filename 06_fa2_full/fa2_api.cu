@@ -1,0 +1,167 @@
+/*
+ * fa2_api.cu: the C API of build/libfa2.a (fa2.h) and the checked launch that the suite's stage 06
+ * shares with it. Host code only: argument checks, the question "is this device memory?", the launch
+ * of the kernel for the dtype, and the reason for the last refusal on this thread.
+ */
+#include <cuda_runtime.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "fa2_internal.h"
+#include "fa2_traits.cuh"
+
+#define FA2_LOG2E 1.4426950408889634f
+
+/* fa2_last_error(): one buffer per thread, so that concurrent callers never see each other's reason. */
+static thread_local char fa2_error_text[256];
+
+static fa2_status fa2_refuse(fa2_failure *f, fa2_status s, const char *what, const char *why) {
+    f->what = what;
+    f->why = why;
+    return s;
+}
+
+/* [a, a + na) and [b, b + nb) share a byte */
+static int fa2_overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+static int fa2_aligned(const void *ptr, uintptr_t bytes) { return ((uintptr_t)ptr & (bytes - 1)) == 0; }
+
+/* The outputs must not share memory with anything else: o with q, k or v races (other blocks still read
+ * the keys and values this block's O overwrites), and lse with any of them likewise. q, k and v may
+ * overlap each other (they are only read). */
+static fa2_status fa2_check_overlap(const fa2_args *a, fa2_failure *f) {
+    const uint64_t bytes = (uint64_t)(a->B * a->H * a->N * a->D) * 2u,
+                   lse_bytes = (uint64_t)(a->B * a->H * a->N) * 4u;
+    const char *why = "an output must not share memory with an input or with the other output";
+    if (fa2_overlap(a->o, bytes, a->q, bytes)) return fa2_refuse(f, FA2_EINVAL, "o and q", why);
+    if (fa2_overlap(a->o, bytes, a->k, bytes)) return fa2_refuse(f, FA2_EINVAL, "o and k", why);
+    if (fa2_overlap(a->o, bytes, a->v, bytes)) return fa2_refuse(f, FA2_EINVAL, "o and v", why);
+    if (a->lse == NULL) return FA2_OK;
+    if (fa2_overlap(a->lse, lse_bytes, a->q, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and q", why);
+    if (fa2_overlap(a->lse, lse_bytes, a->k, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and k", why);
+    if (fa2_overlap(a->lse, lse_bytes, a->v, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and v", why);
+    if (fa2_overlap(a->lse, lse_bytes, a->o, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and o", why);
+    return FA2_OK;
+}
+
+extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
+    f->what = NULL, f->why = "", f->cuda = cudaSuccess;
+    if (a->q == NULL || a->k == NULL || a->v == NULL || a->o == NULL)
+        return fa2_refuse(f, FA2_EINVAL, NULL, "q, k, v and o must be device pointers, not NULL");
+    if (a->B < 1 || a->H < 1 || a->N < 1 || a->D < 1)
+        return fa2_refuse(f, FA2_EINVAL, NULL, "B, H, N and D must be at least 1");
+    if (a->dtype != FA2_F16 && a->dtype != FA2_BF16)
+        return fa2_refuse(f, FA2_EINVAL, "dtype", "must be FA2_F16 or FA2_BF16");
+    if (!(fabsf(a->scale) <= FA2_MAX_SCALE)) /* also NaN; the kernel multiplies by scale * log2(e) */
+        return fa2_refuse(f, FA2_EINVAL, "scale", "must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38");
+    if (!fa2_aligned(a->q, 16) || !fa2_aligned(a->k, 16) || !fa2_aligned(a->v, 16) ||
+        !fa2_aligned(a->o, 16) || !fa2_aligned(a->lse, 4))
+        return fa2_refuse(f, FA2_EINVAL, NULL, "q, k, v and o must be 16-byte aligned (lse 4-byte aligned)");
+    if (a->D != 32 && a->D != 64 && a->D != 96 && a->D != 128 && a->D != 256)
+        return fa2_refuse(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256");
+    if (a->N > ((int64_t)1 << 30)) return fa2_refuse(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30");
+    /* B*H*N*D elements and their bytes must be addressable with 64 bits */
+    if (a->B > INT64_MAX / a->H || a->B * a->H > INT64_MAX / a->N ||
+        a->B * a->H * a->N > INT64_MAX / 2 / a->D)
+        return fa2_refuse(f, FA2_EINVAL, NULL, "B*H*N*D overflows 64 bits");
+    if (a->B * a->H > (int64_t)65535 * 65535)
+        return fa2_refuse(f, FA2_EUNSUPPORTED, "B*H", "must be at most 65535^2 (grid.y x grid.z)");
+    return fa2_check_overlap(a, f);
+}
+
+extern "C" fa2_params fa2_params_of(const fa2_args *a, int br) {
+    fa2_params kp;
+    kp.q = (const uint16_t *)a->q;
+    kp.k = (const uint16_t *)a->k;
+    kp.v = (const uint16_t *)a->v;
+    kp.o = (uint16_t *)a->o;
+    kp.lse = a->lse;
+    kp.heads = a->B * a->H;
+    kp.n = (int)a->N;
+    kp.row_tiles = (int)((a->N + br - 1) / br);
+    /* scale = 0 (uniform attention) runs as FLT_MIN: every |s| * FLT_MIN < 2^-60 and 2^x rounds to
+     * exactly 1, as 2^0 would; keeping the multiplier positive keeps -inf * it = -inf for masking */
+    kp.scale_log2 = fmaxf(fabsf(a->scale) * FA2_LOG2E, FLT_MIN);
+    kp.negate_q = a->scale < 0.f;
+    return kp;
+}
+
+/* Arguments already checked: the kernel for the dtype, head dim and mask. */
+static fa2_status fa2_launch_checked(const fa2_args *a, cudaStream_t stream, fa2_failure *f) {
+    /* Br of the final tiles: the same 128 for every head dim */
+    const fa2_params kp = fa2_params_of(a, fa2_traits_of((int)a->D, FA2_RECIPE_FINAL).br);
+    const cudaError_t e = a->dtype == FA2_BF16 ? fa2_launch_bf16(&kp, a->D, a->causal, stream, &f->why)
+                                               : fa2_launch_f16(&kp, a->D, a->causal, stream, &f->why);
+    f->cuda = e;
+    return e == cudaSuccess ? FA2_OK : FA2_ECUDA;
+}
+
+extern "C" fa2_status fa2_validate_and_launch(const fa2_args *a, cudaStream_t stream, fa2_failure *f) {
+    const fa2_status s = fa2_check_args(a, f);
+    return s != FA2_OK ? s : fa2_launch_checked(a, stream, f);
+}
+
+/* q, k, v, o (and lse) must be memory the current device can read: cudaMalloc'd on it, or managed.
+ * Host memory (malloc, or cudaMallocHost) would fault in the kernel, or be read over the bus. */
+static fa2_status fa2_check_device_memory(const fa2_args *a, fa2_failure *f) {
+    const void *ptr[5] = {a->q, a->k, a->v, a->o, a->lse};
+    const char *name[5] = {"q", "k", "v", "o", "lse"};
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    for (int i = 0; i < 5 && e == cudaSuccess; ++i) {
+        if (ptr[i] == NULL) continue; /* only lse may be NULL here */
+        cudaPointerAttributes at;
+        e = cudaPointerGetAttributes(&at, ptr[i]);
+        if (e == cudaErrorInvalidValue) { /* older runtimes: a pointer they never saw */
+            (void)cudaGetLastError();
+            return fa2_refuse(f, FA2_EINVAL, name[i],
+                              "not memory the CUDA runtime knows (need device memory)");
+        }
+        if (e != cudaSuccess) break;
+        if (at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered)
+            return fa2_refuse(f, FA2_EINVAL, name[i],
+                              "host memory; fa2_forward needs device or managed memory");
+        if (at.type == cudaMemoryTypeDevice && at.device != dev)
+            return fa2_refuse(f, FA2_EINVAL, name[i], "memory of another device than the current one");
+    }
+    if (e == cudaSuccess) return FA2_OK;
+    (void)cudaGetLastError(); /* reported through the status: leave no trace for the caller */
+    f->cuda = e;
+    return fa2_refuse(f, FA2_ECUDA, NULL,
+                      "cannot ask the CUDA runtime about the pointers (no usable device?)");
+}
+
+static fa2_status fa2_remember(fa2_status s, const fa2_failure *f) {
+    if (s == FA2_OK) return s;
+    snprintf(fa2_error_text, sizeof fa2_error_text, "%s%s%s%s%s", f->what ? f->what : "", f->what ? ": " : "",
+             f->why, f->cuda != cudaSuccess ? ": " : "",
+             f->cuda != cudaSuccess ? cudaGetErrorString(f->cuda) : "");
+    return s;
+}
+
+extern "C" fa2_status fa2_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,
+                                  int64_t H, int64_t N, int64_t D, int causal, float scale, fa2_dtype dtype,
+                                  cudaStream_t stream) {
+    const fa2_args a = {q, k, v, o, lse, B, H, N, D, causal, scale, dtype};
+    fa2_failure f;
+    fa2_status s = fa2_check_args(&a, &f);
+    if (s == FA2_OK) s = fa2_check_device_memory(&a, &f);
+    if (s == FA2_OK) s = fa2_launch_checked(&a, stream, &f);
+    return fa2_remember(s, &f);
+}
+
+extern "C" const char *fa2_last_error(void) { return fa2_error_text; }
+
+extern "C" const char *fa2_status_string(fa2_status s) {
+    switch (s) {
+    case FA2_OK: return "ok";
+    case FA2_EINVAL: return "invalid argument";
+    case FA2_EUNSUPPORTED: return "unsupported";
+    case FA2_ECUDA: return "CUDA error";
+    }
+    return "unknown status";
+}

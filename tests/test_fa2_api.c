@@ -1,0 +1,240 @@
+/*
+ * test_fa2_api.c: the contract of libfa2's fa2_forward() (06_fa2_full/fa2.h), called directly.
+ *
+ * Without a GPU (any CUDA build): every refusal that needs no CUDA call, with the argument named in
+ * fa2_last_error(); outputs overlapping inputs refused, inputs overlapping each other taken; the scale
+ * bound that fa2.h states is the one enforced; fa2_last_error() is per thread.
+ * With a GPU: host memory refused; an error left by an earlier, unrelated CUDA call is not reported as
+ * fa2_forward's own (and stays for its owner); fa2_forward works after cudaDeviceReset() (the
+ * shared-memory opt-in is redone); first calls from 8 threads at once all work. Results are checked
+ * against the double reference. Criterion runs each test in its own process.
+ */
+#include <math.h>
+
+#include "test_util.h"
+
+#ifdef ATTN_HAVE_CUDA
+#include <pthread.h>
+
+#include <cuda_runtime_api.h>
+
+#include "06_fa2_full/fa2.h"
+
+/* Distinct, aligned addresses no one owns: enough for refusals decided before any CUDA call. */
+#define FAKE(i) ((void *)(uintptr_t)(0x10000000u * (i)))
+
+static fa2_status call(const void *q, const void *k, const void *v, void *o, float *lse, int64_t N, int64_t D,
+                       float scale, int dtype) {
+    return fa2_forward(q, k, v, o, lse, 1, 2, N, D, 0, scale, (fa2_dtype)dtype, 0);
+}
+
+#define EXPECT_REFUSAL(status, want, text)                                                                   \
+    do {                                                                                                     \
+        fa2_status s_ = (status);                                                                            \
+        cr_assert_eq(s_, (want), "%s: got %s (%s)", #status, fa2_status_string(s_), fa2_last_error());       \
+        cr_assert(strstr(fa2_last_error(), (text)), "%s: message '%s' lacks '%s'", #status,                  \
+                  fa2_last_error(), (text));                                                                 \
+    } while (0)
+
+Test(fa2_api, refuses_bad_arguments_and_names_them) {
+    void *q = FAKE(1), *k = FAKE(2), *v = FAKE(3), *o = FAKE(4);
+    float *lse = (float *)FAKE(5);
+    EXPECT_REFUSAL(call(NULL, k, v, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "not NULL");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 0, 64, 0.125f, FA2_F16), FA2_EINVAL, "at least 1");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 64, 0.125f, 7), FA2_EINVAL,
+                   "dtype: must be FA2_F16 or FA2_BF16");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 64, NAN, FA2_F16), FA2_EINVAL, "scale: must be finite");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 80, 0.125f, FA2_F16), FA2_EUNSUPPORTED,
+                   "D: head dim must be 32, 64");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, (int64_t)1 << 31, 64, 0.125f, FA2_F16), FA2_EUNSUPPORTED,
+                   "N: must be at most 2^30");
+    EXPECT_REFUSAL(call((char *)q + 8, k, v, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "16-byte aligned");
+    EXPECT_REFUSAL(call(q, k, v, o, (float *)((char *)lse + 2), 64, 64, 0.125f, FA2_F16), FA2_EINVAL,
+                   "lse 4-byte");
+}
+
+/* fa2.h promises every |scale| <= FA2_MAX_SCALE and refuses the rest, saying so. */
+Test(fa2_api, the_scale_bound_is_the_documented_one) {
+    void *q = FAKE(1), *k = FAKE(2), *v = FAKE(3), *o = FAKE(4);
+    EXPECT_REFUSAL(call(q, k, v, o, NULL, 64, 64, 3e38f, FA2_F16), FA2_EINVAL,
+                   "|scale| <= FA2_MAX_SCALE = 2.3e38");
+    EXPECT_REFUSAL(call(q, k, v, o, NULL, 64, 64, -INFINITY, FA2_F16), FA2_EINVAL, "scale");
+    for (int sign = -1; sign <= 1; sign += 2) {
+        /* past the argument checks: what stops these fake pointers is the memory check, not the scale */
+        fa2_status s = call(q, k, v, o, NULL, 64, 64, (float)sign * FA2_MAX_SCALE, FA2_F16);
+        cr_assert(s != FA2_OK && strncmp(fa2_last_error(), "scale", 5) != 0, "scale %g: %s",
+                  (double)sign * FA2_MAX_SCALE, fa2_last_error());
+    }
+}
+
+/* Outputs must not share a byte with an input or the other output; inputs may (q == k is self-attention). */
+Test(fa2_api, refuses_outputs_that_overlap) {
+    const int64_t N = 64, D = 64, bytes = 2 * N * D * 2; /* B = 1, H = 2 */
+    char *base = (char *)FAKE(1);
+    void *q = base, *k = base + bytes, *v = base + 2 * bytes, *o = base + 3 * bytes;
+    float *lse = (float *)(base + 4 * bytes);
+    EXPECT_REFUSAL(call(q, k, v, k, lse, N, D, 0.125f, FA2_F16), FA2_EINVAL,
+                   "o and k: an output must not share");
+    EXPECT_REFUSAL(call(q, k, v, base + 2 * bytes + 16, lse, N, D, 0.125f, FA2_F16), FA2_EINVAL, "o and v");
+    EXPECT_REFUSAL(call(q, k, v, base + bytes - 16, lse, N, D, 0.125f, FA2_F16), FA2_EINVAL, "o and q");
+    EXPECT_REFUSAL(call(q, k, v, o, (float *)((char *)o + bytes - 64), N, D, 0.125f, FA2_F16), FA2_EINVAL,
+                   "lse and o");
+    EXPECT_REFUSAL(call(q, k, v, o, (float *)q, N, D, 0.125f, FA2_F16), FA2_EINVAL, "lse and q");
+    /* q == k == v overlap each other only: past the argument checks */
+    call(q, q, q, o, lse, N, D, 0.125f, FA2_F16);
+    cr_assert(!strstr(fa2_last_error(), "must not share"), "%s", fa2_last_error());
+}
+
+/* Two threads refused at the same time keep their own reasons. */
+typedef struct {
+    pthread_barrier_t *both_called;
+    int64_t D;
+    float scale;
+    char seen[256];
+} refusal_job;
+
+static void *refuse_in_thread(void *arg) {
+    refusal_job *j = arg;
+    call(FAKE(1), FAKE(2), FAKE(3), FAKE(4), NULL, 64, j->D, j->scale, FA2_F16);
+    pthread_barrier_wait(j->both_called);
+    snprintf(j->seen, sizeof j->seen, "%s", fa2_last_error());
+    return NULL;
+}
+
+Test(fa2_api, last_error_is_per_thread) {
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    refusal_job jobs[2] = {{&b, 80, 0.125f, ""}, {&b, 64, NAN, ""}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&t[i], NULL, refuse_in_thread, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&b);
+    cr_assert(strstr(jobs[0].seen, "head dim"), "thread 0 saw '%s'", jobs[0].seen);
+    cr_assert(strstr(jobs[1].seen, "scale"), "thread 1 saw '%s'", jobs[1].seen);
+}
+
+/* ---- on the GPU --------------------------------------------------------------------------------------- */
+
+#define SKIP_WITHOUT_GPU()                                                                                   \
+    do {                                                                                                     \
+        if (attn_gpu_available() != ATTN_OK) cr_skip_test("needs a GPU: %s", attn_last_error());             \
+    } while (0)
+
+/* fa2_forward on fresh random fp16 inputs (B = 2, H = 3) into a poisoned O; when it returns FA2_OK, O
+ * and LSE are checked against the double reference on the first and last heads and 64 random rows.
+ * Returns fa2_forward's status, or -1 when the result is wrong; `why` says what went wrong. Asserts
+ * nothing, so that threads may call it. */
+static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, char *why, size_t cap) {
+    attn_problem p = attn_problem_make(2, 3, N, D, causal);
+    attn_inputs in;
+    if (attn_inputs_random(&in, &p, seed, ATTN_INIT_NORMAL) != ATTN_OK) {
+        snprintf(why, cap, "no inputs: %s", attn_last_error());
+        return -1;
+    }
+    const size_t bytes = (size_t)attn_qkv_elems(&p) * 2, lse_bytes = (size_t)attn_rows(&p) * 4;
+    void *q = NULL, *k = NULL, *v = NULL, *o = NULL;
+    float *lse = NULL, *hlse = malloc(lse_bytes);
+    uint16_t *ho = malloc(bytes);
+    int rc = -1;
+    if (cudaMalloc(&q, bytes) || cudaMalloc(&k, bytes) || cudaMalloc(&v, bytes) || cudaMalloc(&o, bytes) ||
+        cudaMalloc((void **)&lse, lse_bytes) || !ho || !hlse) {
+        snprintf(why, cap, "allocation failed");
+    } else if (cudaMemcpy(q, in.q, bytes, cudaMemcpyHostToDevice) ||
+               cudaMemcpy(k, in.k, bytes, cudaMemcpyHostToDevice) ||
+               cudaMemcpy(v, in.v, bytes, cudaMemcpyHostToDevice) || cudaMemset(o, 0xff, bytes)) {
+        snprintf(why, cap, "copy failed");
+    } else if ((rc = fa2_forward(q, k, v, o, lse, 2, 3, N, D, causal, p.scale, FA2_F16, 0)) != FA2_OK) {
+        snprintf(why, cap, "fa2_forward: %s: %s", fa2_status_string((fa2_status)rc), fa2_last_error());
+    } else if (cudaDeviceSynchronize() || cudaMemcpy(ho, o, bytes, cudaMemcpyDeviceToHost) ||
+               cudaMemcpy(hlse, lse, lse_bytes, cudaMemcpyDeviceToHost)) {
+        snprintf(why, cap, "the kernel or the copy back failed");
+        rc = -1;
+    } else {
+        int64_t *rows = NULL, nrows = 0;
+        attn_check c = {0};
+        if (attn_sample_rows(&p, 1, 64, seed, &rows, &nrows) != ATTN_OK ||
+            attn_check_output(&in, ho, hlse, rows, nrows, &c) != ATTN_OK || !c.pass) {
+            snprintf(why, cap, "wrong result: worst ratio %g, non-finite %lld", c.worst_ratio,
+                     (long long)c.nonfinite);
+            rc = -1;
+        }
+        free(rows);
+    }
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse);
+    free(ho), free(hlse);
+    attn_inputs_free(&in);
+    return rc;
+}
+
+Test(fa2_api, refuses_host_memory) {
+    SKIP_WITHOUT_GPU();
+    const size_t bytes = 2 * 64 * 64 * 2;
+    void *k, *v, *o, *pinned, *managed, *host = aligned_alloc(256, bytes);
+    cr_assert(host && !cudaMalloc(&k, bytes) && !cudaMalloc(&v, bytes) && !cudaMalloc(&o, bytes));
+    cr_assert(!cudaMallocHost(&pinned, bytes) && !cudaMallocManaged(&managed, bytes, cudaMemAttachGlobal));
+    EXPECT_REFUSAL(call(host, k, v, o, NULL, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "q: host memory");
+    EXPECT_REFUSAL(call(k, v, host, o, NULL, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "v: host memory");
+    EXPECT_REFUSAL(call(k, k, v, o, (float *)host, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "lse: host memory");
+    EXPECT_REFUSAL(call(pinned, k, v, o, NULL, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "q: host memory");
+    memset(host, 0, bytes);
+    cr_assert_eq(cudaMemcpy(managed, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    cr_assert_eq(cudaMemset(k, 0, bytes) | cudaMemset(v, 0, bytes), cudaSuccess);
+    cr_assert_eq(call(managed, k, v, o, NULL, 64, 64, 0.125f, FA2_F16), FA2_OK, "managed q: %s",
+                 fa2_last_error());
+    cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(k), cudaFree(v), cudaFree(o), cudaFreeHost(pinned), cudaFree(managed), free(host);
+}
+
+/* Issue 15 item 10: an error some earlier call left behind is not fa2_forward's, and stays for its owner. */
+Test(fa2_api, an_earlier_error_is_not_reported_as_its_own) {
+    SKIP_WITHOUT_GPU();
+    void *huge = NULL;
+    cr_assert_neq(cudaMalloc(&huge, (size_t)1 << 62), cudaSuccess); /* leaves cudaErrorMemoryAllocation */
+    char why[256] = "";
+    cr_assert_eq(forward_and_check(300, 64, 1, 51, why, sizeof why), FA2_OK, "%s", why);
+    cr_assert_eq(cudaGetLastError(), cudaErrorMemoryAllocation, "the earlier error was consumed");
+}
+
+/* Issue 15 item 9: the shared-memory opt-in (D = 64: 81 KB) is redone after a device reset. */
+Test(fa2_api, works_after_cuda_device_reset) {
+    SKIP_WITHOUT_GPU();
+    char why[256] = "";
+    cr_assert_eq(forward_and_check(300, 64, 1, 52, why, sizeof why), FA2_OK, "%s", why);
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess);
+    cr_assert_eq(forward_and_check(300, 64, 1, 53, why, sizeof why), FA2_OK, "after cudaDeviceReset: %s",
+                 why);
+    cr_assert_eq(forward_and_check(200, 128, 0, 54, why, sizeof why), FA2_OK, "after cudaDeviceReset: %s",
+                 why);
+}
+
+/* Issue 15 item 9: first calls (each configuring its kernel) from 8 threads at once. */
+typedef struct {
+    int64_t N, D;
+    int causal, rc;
+    char why[256];
+} forward_job;
+
+static void *forward_in_thread(void *arg) {
+    forward_job *j = arg;
+    j->rc = forward_and_check(j->N, j->D, j->causal, 60 + (uint64_t)j->D + (uint64_t)j->causal, j->why,
+                              sizeof j->why);
+    return NULL;
+}
+
+Test(fa2_api, first_calls_from_many_threads_at_once) {
+    SKIP_WITHOUT_GPU();
+    forward_job jobs[8];
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        jobs[i] = (forward_job){100 + 37 * i, i % 4 == 3 ? 256 : 32 << (i % 3), i / 4, 0, ""};
+        cr_assert_eq(pthread_create(&t[i], NULL, forward_in_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(jobs[i].rc, FA2_OK, "D=%lld causal=%d: %s", (long long)jobs[i].D, jobs[i].causal,
+                     jobs[i].why);
+}
+
+#else
+Test(fa2_api, needs_the_cuda_build) { cr_skip_test("libfa2 is built only with CUDA (nvcc was not found)"); }
+#endif
