@@ -41,15 +41,19 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
     attn_inputs_free(&in);
 }
 
+/* These two run every GPU stage (16 of them) on problems of 1.7 to 17 GB, with inputs generated once:
+ * they belong to the serial suite, which runs alone (make check's first phase). In the parallel phase,
+ * beside a thousand cases each computing its CPU reference on every core, they outran their 300 s. */
+
 /* 3 * 30000 = 90000 (b, h) pairs: more than the 65535 blocks a grid's y or z dimension holds. */
-Test(limits, more_heads_than_grid_y, .timeout = 600) {
+Test(serial, more_heads_than_grid_y, .timeout = 600) {
     attn_problem p = attn_problem_make(3, 30000, 19, 64, 1);
     run_all_gpu_stages_checked(&p, 21, 1, 2000);
 }
 
 /* 64 * 64 * 4100 * 128 = 2,149,580,800 elements per tensor: past 2^31 = 2,147,483,648, so any
  * 32-bit offset wraps in the last head. The check covers every row of the first and last head. */
-Test(limits, tensors_past_2_pow_31_elements, .timeout = 900) {
+Test(serial, tensors_past_2_pow_31_elements, .timeout = 900) {
     attn_problem p = attn_problem_make(64, 64, 4100, 128, 0);
     cr_assert_gt(attn_qkv_elems(&p), (int64_t)1 << 31);
     run_all_gpu_stages_checked(&p, 22, 1, 64);
