@@ -28,7 +28,7 @@ CFLAGS  ?=
 LDLIBS  := -fopenmp -lm
 # SAN=1: host code under AddressSanitizer and UndefinedBehaviorSanitizer (make check-asan).
 ifeq ($(SAN),1)
-CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DATTN_SAN=1
 LDLIBS      += -fsanitize=address,undefined
 endif
 

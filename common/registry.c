@@ -14,6 +14,7 @@
 #include "03_tiled/tiled.h"
 #include "04_online_softmax/online_softmax.h"
 #include "05_causal_bands/causal_bands.h"
+#include "06_fa2_full/fa2_cpu.h"
 #include "06_fa2_full/stage06.h"
 
 #ifdef ATTN_HAVE_CUDA
@@ -25,6 +26,10 @@
 /* The head dims each family of kernels takes. Plain C, so that a build without CUDA still answers. */
 static int dims_any(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
 static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
+
+/* Each GPU stage from 03 on has a CPU model beside its kernel (NN_x/x_cpu.c, id NNc): the same tiles,
+ * loop order and equations in plain C, so that every algorithm runs, is tested and can be broken on
+ * a machine without a GPU. A model takes its stage's head dims and dtypes. */
 
 /* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
  * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
@@ -46,15 +51,27 @@ const attn_stage attn_stages[] = {
     {"03", "03_tiled", "tiled",
      "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV",
      SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+    {"03c", "03_tiled", "tiled_cpu",
+     "stage 03's two passes over 64x64 tiles as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage03c_run},
     {"04", "04_online_softmax", "online_softmax",
      "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l",
      SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+    {"04c", "04_online_softmax", "online_softmax_cpu",
+     "stage 04's one pass with m, l and alpha as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage04c_run},
     {"05", "05_causal_bands", "causal_bands",
      "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
      SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+    {"05c", "05_causal_bands", "causal_bands_cpu",
+     "stage 05's causal bands as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage05c_run},
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: tensor cores, P kept in registers, cp.async double buffering, swizzled smem, LSE",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
+    {"06c", "06_fa2_full", "fa2_cpu",
+     "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)",
+     CPU_ONLY, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, stage06c_run},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
@@ -69,14 +86,19 @@ int attn_built_with_cuda(void) {
 #endif
 }
 
+/* An id is a number and an optional suffix ("03", "03c"); a key matches it when both parts match, so
+ * "3" and "03" name stage 03 and "3c" and "03c" its CPU model. Folder names are shared by a stage and
+ * its model: the folder names the stage listed first (the GPU stage). */
 const attn_stage *attn_find_stage(const char *key) {
     if (!key || !*key) return NULL;
     char *end = NULL;
-    long n = strtol(key, &end, 10);
-    int numeric = end && *end == '\0' && n >= 0 && n < 100;
+    long n = key[0] >= '0' && key[0] <= '9' ? strtol(key, &end, 10) : -1;
+    int numeric = end && n >= 0 && n < 100 && strlen(end) <= 1;
     for (int s = 0; s < attn_num_stages; s++) {
         const attn_stage *st = &attn_stages[s];
-        if (numeric && atoi(st->id) == n) return st;
+        char *id_end = NULL;
+        long id_n = strtol(st->id, &id_end, 10);
+        if (numeric && id_n == n && strcmp(id_end, end) == 0) return st;
         if (strcmp(key, st->folder) == 0 || strcmp(key, st->name) == 0) return st;
     }
     return NULL;

@@ -28,7 +28,7 @@ typedef struct {
 } attn_args;
 
 typedef struct {
-    const char *id;     /* "01" .. "06" */
+    const char *id;     /* "01" .. "06"; "03c" .. "06c" for the CPU models of 03 .. 06 */
     const char *folder; /* "01_naive_cpu" */
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */
@@ -57,7 +57,8 @@ extern const int attn_num_stages;
 extern const int attn_test_dims[];
 extern const int attn_num_test_dims;
 
-/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; NULL if none matches. */
+/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; "3c" or "03c" for a CPU model (a folder names
+ * the GPU stage in it); NULL if none matches. */
 const attn_stage *attn_find_stage(const char *key);
 /* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);
