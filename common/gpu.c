@@ -49,8 +49,16 @@ attn_status attn_gpu_available(void) {
     return ATTN_OK;
 }
 
-/* 10 * major + minor of the current device, or -1 */
+/* 10 * major + minor of the current device, or -1. ATTN_FAKE_SM=75 (a test hook) makes a newer GPU
+ * answer as an sm_75 would when a stage asks whether it may run: how an H200 shows the message a
+ * T4 or V100 user gets (the kernels still run on the real GPU). */
 static int gpu_sm(void) {
+    const char *fake = getenv("ATTN_FAKE_SM");
+    if (fake && *fake) {
+        char *end = NULL;
+        long v = strtol(fake, &end, 10);
+        if (*end == '\0' && v >= 10 && v <= 1000) return (int)v;
+    }
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -65,8 +73,11 @@ attn_status attn_stage_available(const attn_stage *s) {
     if (!s->run)
         return attn_fail(ATTN_ENODEV, "stage %s was not built: nvcc was not found when this was built", s->id);
     if (!s->on_gpu) return ATTN_OK;
-    if (attn_gpu_available() != ATTN_OK)
-        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
+    if (attn_gpu_available() != ATTN_OK) {
+        char why[512]; /* the message is formatted into the buffer it would be read from */
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, why);
+    }
     const int sm = gpu_sm();
     if (sm < 0) return attn_fail(ATTN_ENODEV, "stage %s: cannot read the GPU's compute capability", s->id);
     if ((s->min_sm && sm < s->min_sm) || (s->max_sm && sm > s->max_sm))
@@ -129,8 +140,11 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     const size_t in_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
     const size_t ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
     attn_status st = attn_gpu_available();
-    if (st != ATTN_OK)
-        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
+    if (st != ATTN_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, why);
+    }
 
     /* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply
      * crashes when it does not fit; here the run is refused with the numbers. */

@@ -31,9 +31,18 @@ static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
  * loop order and equations in plain C, so that every algorithm runs, is tested and can be broken on
  * a machine without a GPU. A model takes its stage's head dims and dtypes. */
 
-/* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
- * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
+/* Where the GPU stages run: the CUDA-core stages 02-05 from sm_70 on (V100, and the T4 of free notebook
+ * services; the Makefile passes sm_75 when its nvcc, CUDA 13 or newer, no longer builds sm_70), the
+ * mma.sync stage from sm_80 on, the Hopper stages (wgmma, setmaxnreg: sm_90a code) on sm_90 alone. */
 #define CPU_ONLY 0, 0, 0, "the CPU"
+#ifndef ATTN_CUDA_CORES_MIN_SM
+#define ATTN_CUDA_CORES_MIN_SM 70
+#endif
+#if ATTN_CUDA_CORES_MIN_SM == 70
+#define SM70_UP 1, 70, 0, "sm_70 or newer (V100, T4, A100, RTX 20/30/40, H100, H200)"
+#else
+#define SM70_UP 1, ATTN_CUDA_CORES_MIN_SM, 0, "sm_75 or newer (T4, A100, RTX 20/30/40, H100, H200)"
+#endif
 #define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)"
 #define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)"
 
@@ -46,23 +55,23 @@ const attn_stage attn_stages[] = {
      CPU_ONLY, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
     {"02", "02_naive_gpu", "naive_gpu",
      "the same on the GPU, materialising the N x N scores in device memory",
-     SM80_UP, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
+     SM70_UP, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
      "the N x N scores", GPU_RUN(stage02_run)},
     {"03", "03_tiled", "tiled",
      "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV",
-     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
     {"03c", "03_tiled", "tiled_cpu",
      "stage 03's two passes over 64x64 tiles as plain C on the CPU (a model of the kernel)",
      CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage03c_run},
     {"04", "04_online_softmax", "online_softmax",
      "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l",
-     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
     {"04c", "04_online_softmax", "online_softmax_cpu",
      "stage 04's one pass with m, l and alpha as plain C on the CPU (a model of the kernel)",
      CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage04c_run},
     {"05", "05_causal_bands", "causal_bands",
      "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
-     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
     {"05c", "05_causal_bands", "causal_bands_cpu",
      "stage 05's causal bands as plain C on the CPU (a model of the kernel)",
      CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage05c_run},

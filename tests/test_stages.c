@@ -90,6 +90,12 @@ ParameterizedTest(stage_case *c, stages, match_reference, .timeout = 600) {
     opt.check = 1;
     attn_result r;
     attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
+    /* a head dim the registry allows may still need more shared memory than an older GPU has: the
+     * stage says so (EUNSUPPORTED, with the numbers) and the case is skipped, visibly */
+    if (st == ATTN_EUNSUPPORTED && strstr(attn_last_error(), "shared memory")) {
+        attn_inputs_free(&in);
+        cr_skip_test("%s", attn_last_error());
+    }
     cr_assert_eq(st, ATTN_OK, "stage %s N=%d D=%d causal=%d %s: %s", s->id, c->N, c->D, c->causal,
                  attn_dtype_name(p.dtype), attn_last_error());
     const attn_check *k = &r.chk;
