@@ -1,6 +1,7 @@
 # tests/tests.mk: `make check` builds every tests/test_*.c into one Criterion binary and runs it.
 # GPU tests skip, with the reason, where there is no GPU or no CUDA build; the closing line counts
-# them. Criterion comes from the system (installed by tests/ensure-criterion.sh if it can).
+# them. Criterion comes from the system (installed by tests/ensure-criterion.sh if it can). Then the
+# CPU break-it exercises run (workshop/workshop.mk; not under SAN=1, and WORKSHOP=0 leaves them out).
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(BUILD)/test_attn
@@ -13,6 +14,7 @@ CHECK_ARGS ?= --timeout 300
 # OpenMP's default spin-waiting, idle team threads burn the time slices the others need (on CI's
 # 2 cores the stage tests took 117 s spinning, 53 s with passive waiting).
 CHECK_ENV ?= OMP_WAIT_POLICY=passive
+WORKSHOP ?= 1
 
 .PHONY: check test-bin
 $(TEST_BIN): $(TEST_SRC) tests/test_util.h $(LIB) $(ATTN)
@@ -30,3 +32,7 @@ endif
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) $(TEST_BIN) $(CHECK_ARGS) -j1 --filter 'serial/*'
 	@echo "== every other test, in parallel"
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) $(TEST_BIN) $(CHECK_ARGS) --filter '!(serial/*)'
+ifneq ($(WORKSHOP)$(SAN),01)
+	@echo "== the CPU break-it exercises (workshop/): each broken tree must FAIL its check"
+	+@$(MAKE) --no-print-directory workshop-check-cpu
+endif
