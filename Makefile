@@ -100,7 +100,7 @@ $(LIB): $(C_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 ifeq ($(HAVE_CUDA),)
-	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (CPU stage 01 only)."
+	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01 and the models 03c-06c)."
 endif
 
 $(ATTN): common/attn_main.c $(LIB)
