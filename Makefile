@@ -3,13 +3,14 @@
 #   make              build build/attn (and the GPU stages when nvcc is found)
 #   make check        build and run the Criterion tests (installs Criterion on Debian/Ubuntu if it can)
 #   make bench        every stage side by side (see bench/bench.mk)
-#   make ARCH=sm_86   build the GPU code for one other target instead of the default sm_80 + sm_90
+#   make ARCH=sm_86   build the GPU code for one other target instead of the defaults (below)
 #
 # Stages are found by their folders (NN_name/); every .c and .cu file in them is built into
 # build/libattn.a. Files named *_main.c hold a main() and are linked into their own programs.
 # Folders may add targets in a fragment of their own, NAME/*.mk, included below.
 
 CC      ?= gcc
+comma   := ,
 # A build without CUDA (NO_CUDA=1) gets its own folder, so its objects never mix with a CUDA build's.
 ifeq ($(NO_CUDA),1)
 BUILD   ?= build/nocuda
@@ -29,7 +30,7 @@ CFLAGS  ?=
 LDLIBS  := -fopenmp -lm
 # SAN=1: host code under AddressSanitizer and UndefinedBehaviorSanitizer (make check-asan).
 ifeq ($(SAN),1)
-CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DATTN_SAN=1
 LDLIBS      += -fsanitize=address,undefined
 endif
 
@@ -41,18 +42,36 @@ HEADERS    := $(wildcard common/*.h common/*.cuh $(addsuffix /*.h,$(STAGE_DIRS))
 
 ifneq ($(NVCC),)
 HAVE_CUDA := 1
-# Default: sm_80 and sm_90 machine code plus sm_90 PTX for newer GPUs to JIT.
+# GPU targets, per folder. Stages 02-05 use only CUDA cores (fp32 FFMA, shuffles, plain loads), so
+# they carry machine code from the oldest GPU nvcc still builds for: sm_70 (V100) with CUDA 12, sm_75
+# (T4) with CUDA 13, which dropped sm_70. Everything else (stage 06: cp.async, ldmatrix, bf16 mma)
+# gets sm_80 and sm_90, plus sm_90 PTX that newer GPUs compile when they load it. A folder's own .mk
+# (or the command line) may set NVCC_ARCH_<folder> to choose its targets; ARCH=sm_XX builds every
+# folder for that one target instead (stage 06 needs sm_80 or newer).
+NVCC_GPU_ARCHS := $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
+ATTN_SM_FLOOR  := $(if $(filter compute_70,$(NVCC_GPU_ARCHS)),70,75)
 ifeq ($(ARCH),)
-NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90
+ARCH_SM80_UP    := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                   -gencode arch=compute_90,code=compute_90
+ARCH_CUDA_CORES := -gencode arch=compute_$(ATTN_SM_FLOOR),code=sm_$(ATTN_SM_FLOOR) \
+                   $(if $(filter 70,$(ATTN_SM_FLOOR)),-gencode arch=compute_75$(comma)code=sm_75) $(ARCH_SM80_UP)
 else
-NVCC_ARCH := -gencode arch=compute_$(subst sm_,,$(ARCH)),code=$(ARCH)
+ARCH_SM80_UP    := -gencode arch=compute_$(subst sm_,,$(ARCH)),code=$(ARCH)
+ARCH_CUDA_CORES := $(ARCH_SM80_UP)
 endif
-# The Hopper stages (07 on: wgmma, setmaxnreg) are sm_90a code; their folders' .mk fragments select it.
+NVCC_ARCH_02_naive_gpu      ?= $(ARCH_CUDA_CORES)
+NVCC_ARCH_03_tiled          ?= $(ARCH_CUDA_CORES)
+NVCC_ARCH_04_online_softmax ?= $(ARCH_CUDA_CORES)
+NVCC_ARCH_05_causal_bands   ?= $(ARCH_CUDA_CORES)
+# the targets of one source file: its folder's NVCC_ARCH_<folder>, else ARCH_SM80_UP
+nvcc_arch = $(or $(NVCC_ARCH_$(firstword $(subst /, ,$(1)))),$(ARCH_SM80_UP))
+# The Hopper stages (07 on: wgmma, setmaxnreg) are sm_90a code whatever ARCH says: their folders' .mk
+# fragments set NVCC_ARCH_<folder> to this.
 NVCC_ARCH_SM90A := -gencode arch=compute_90a,code=sm_90a
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
-NVCCFLAGS_ALL = $(NVCCFLAGS) $(NVCC_ARCH) -Icommon -I. -DATTN_HAVE_CUDA=1 -Xcompiler -Wall -Xcompiler -fPIC
-CFLAGS_BASE += -DATTN_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVCCFLAGS_ALL = $(NVCCFLAGS) -Icommon -I. -DATTN_HAVE_CUDA=1 -Xcompiler -Wall -Xcompiler -fPIC
+# the registry's lower bound for stages 02-05 follows what was built for them
+CFLAGS_BASE += -DATTN_HAVE_CUDA=1 -DATTN_CUDA_CORES_MIN_SM=$(ATTN_SM_FLOOR) -I$(CUDA_HOME)/include
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
 LDLIBS      += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++
 CU_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC))
@@ -79,14 +98,14 @@ $(BUILD)/obj/%.o: %.c $(HEADERS) Makefile
 
 $(BUILD)/obj/%.cu.o: %.cu $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS_ALL) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS_ALL) $(call nvcc_arch,$<) -c $< -o $@
 
 $(LIB): $(C_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	@rm -f $@
 	ar rcs $@ $^
 ifeq ($(HAVE_CUDA),)
-	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (CPU stage 01 only)."
+	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01 and the models 03m-06m)."
 endif
 
 $(ATTN): common/attn_main.c $(LIB)

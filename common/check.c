@@ -1,5 +1,6 @@
 /*
- * check.c: a stage's output against the double reference of stage 01, on chosen rows.
+ * check.c: a stage's output against the independent double reference (reference.c), on chosen rows.
+ * Every stage, stage 01 included, is compared with that one reference, never with itself.
  *
  * The tolerance, element by element (u = unit roundoff of the 16-bit type: 2^-11 for fp16, 2^-8
  * for bf16; u32 = 2^-24, that of fp32). A stage that reads the same 16-bit Q, K, V and computes in
@@ -27,30 +28,68 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "01_naive_cpu/naive_cpu.h"
 #include "half.h"
 #include "harness.h"
+#include "reference.h"
 
 #define U32 5.9604644775390625e-8 /* 2^-24 */
 
-/* Per-row Vmax and Sabs over the keys row i sees (O(nvis * D), as the reference itself). */
-static void row_bounds(const attn_inputs *in, int64_t row, double *vmax, double *sabs) {
+/* Per-row Vmax and Sabs over the keys each checked row sees (O(nvis * D) per row, as the reference
+ * itself), a head at a time: |k| (transposed) and each key's max |v| are decoded once per head, and
+ * a row's sums sum_d |q_d| |k_jd| run key-parallel, each still over d in order. |q_d| |k_jd| in
+ * double is exact (a product of two floats). rows[] is sorted: the rows of a head are consecutive. */
+static attn_status row_bounds(const attn_inputs *in, const int64_t *rows, int64_t nrows, double *vmax,
+                              double *sabs) {
     const attn_problem *p = &in->p;
-    const int64_t N = p->N, D = p->D, bh = row / N, i = row % N;
-    const int64_t nvis = p->causal ? i + 1 : N;
-    const uint16_t *q = in->q + row * D, *k = in->k + bh * N * D, *v = in->v + bh * N * D;
-    double vm = 0.0, sm = 0.0;
-    for (int64_t j = 0; j < nvis; j++) {
-        double s = 0.0;
-        for (int64_t d = 0; d < D; d++) {
-            double vv = fabs((double)attn_to_f32(v[j * D + d], p->dtype));
-            if (vv > vm) vm = vv;
-            s += fabs((double)attn_to_f32(q[d], p->dtype) * (double)attn_to_f32(k[j * D + d], p->dtype));
-        }
-        if (s > sm) sm = s;
+    const int64_t N = p->N, D = p->D;
+    float *kabs = malloc((size_t)(N * D) * sizeof(float)), *vkey = malloc((size_t)N * sizeof(float));
+    if (!kabs || !vkey) {
+        free(kabs), free(vkey);
+        return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| (N = %lld)", (long long)N);
     }
-    *vmax = vm;
-    *sabs = sm * fabs((double)p->scale);
+    int failed = 0;
+    for (int64_t r0 = 0, r1; r0 < nrows && !failed; r0 = r1) {
+        const int64_t bh = rows[r0] / N;
+        for (r1 = r0; r1 < nrows && rows[r1] / N == bh; r1++) {}
+        const uint16_t *k = in->k + bh * N * D, *v = in->v + bh * N * D;
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < N; j++) {
+            float vk = 0.0f;
+            for (int64_t d = 0; d < D; d++) {
+                kabs[d * N + j] = fabsf(attn_to_f32(k[j * D + d], p->dtype));
+                vk = fmaxf(vk, fabsf(attn_to_f32(v[j * D + d], p->dtype)));
+            }
+            vkey[j] = vk;
+        }
+#pragma omp parallel reduction(| : failed)
+        {
+            double *sa = malloc((size_t)N * sizeof(double));
+            if (!sa) failed = 1;
+#pragma omp for schedule(dynamic, 8)
+            for (int64_t r = r0; r < r1; r++) {
+                if (!sa) continue;
+                const int64_t nvis = p->causal ? rows[r] % N + 1 : N;
+                for (int64_t j = 0; j < nvis; j++) sa[j] = 0.0;
+                for (int64_t d = 0; d < D; d++) {
+                    const double qd = fabs((double)attn_to_f32(in->q[rows[r] * D + d], p->dtype));
+                    const float *kd = kabs + d * N;
+#pragma omp simd
+                    for (int64_t j = 0; j < nvis; j++) sa[j] += qd * (double)kd[j];
+                }
+                double vm = 0.0, sm = 0.0;
+                for (int64_t j = 0; j < nvis; j++) {
+                    sm = fmax(sm, sa[j]);
+                    vm = fmax(vm, (double)vkey[j]);
+                }
+                vmax[r] = vm;
+                sabs[r] = sm * fabs((double)p->scale);
+            }
+            free(sa);
+        }
+    }
+    free(kabs), free(vkey);
+    if (failed) return attn_fail(ATTN_ENOMEM, "check: cannot allocate a row of %lld sums", (long long)N);
+    return ATTN_OK;
 }
 
 attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const float *lse,
@@ -67,13 +106,15 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
         return attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference for %lld rows",
                          (long long)nrows);
     }
-    attn_status st = naive_cpu_rows(p, in->q, in->k, in->v, rows, nrows, ref_o, ref_lse);
+    attn_status st = attn_reference_rows(p, in->q, in->k, in->v, rows, nrows, ref_o, ref_lse);
     if (st != ATTN_OK) {
         free(ref_o), free(ref_lse), free(vmax), free(sabs);
         return st;
     }
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < nrows; r++) row_bounds(in, rows[r], &vmax[r], &sabs[r]);
+    if ((st = row_bounds(in, rows, nrows, vmax, sabs)) != ATTN_OK) {
+        free(ref_o), free(ref_lse), free(vmax), free(sabs);
+        return st;
+    }
 
     const double u = attn_unit_roundoff(p->dtype), sqrtN = sqrt((double)p->N);
     double err2 = 0.0, ref2 = 0.0;

@@ -50,8 +50,16 @@ attn_status attn_gpu_available(void) {
     return ATTN_OK;
 }
 
-/* 10 * major + minor of the current device, or -1 */
+/* 10 * major + minor of the current device, or -1. ATTN_FAKE_SM=75 (a test hook) makes a newer GPU
+ * answer as an sm_75 would when a stage asks whether it may run: how an H200 shows the message a
+ * T4 or V100 user gets (the kernels still run on the real GPU). */
 static int gpu_sm(void) {
+    const char *fake = getenv("ATTN_FAKE_SM");
+    if (fake && *fake) {
+        char *end = NULL;
+        long v = strtol(fake, &end, 10);
+        if (*end == '\0' && v >= 10 && v <= 1000) return (int)v;
+    }
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

@@ -230,7 +230,14 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
     const int runs = opt->repeat > 0 ? opt->repeat : 1;
     double *ms = attn_alloc((size_t)runs * sizeof(double));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
+    /* With a check and more than one run, the first run's output is kept to compare the last one
+     * with, bit for bit, as the GPU half does. */
+    const int compare = opt->check && runs > 1;
+    uint16_t *o_first = compare ? malloc(o_bytes) : NULL;
+    float *lse_first = compare ? malloc(lse_bytes) : NULL;
     attn_status st = ATTN_OK;
+    if (compare && (!o_first || !lse_first))
+        st = attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
     for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, &a);
     for (int r = 0; r < runs && st == ATTN_OK; r++) {
         memset(o, 0xff, o_bytes); /* poison: NaN in every 16-bit and 32-bit float */
@@ -239,6 +246,10 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
         st = s->run(p, &a);
         ms[r] = now_ms() - t0;
         res->runs = r + 1;
+        if (st == ATTN_OK && compare && r == 0) {
+            memcpy(o_first, o, o_bytes);
+            memcpy(lse_first, lse, lse_bytes);
+        }
     }
     if (st == ATTN_OK) {
         qsort(ms, (size_t)res->runs, sizeof *ms, cmp_double);
@@ -246,7 +257,10 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
         res->ms_median = res->runs % 2 ? ms[res->runs / 2] : 0.5 * (ms[res->runs / 2 - 1] + ms[res->runs / 2]);
     }
     res->identical = -1;
-    free(ms);
+    if (st == ATTN_OK && compare)
+        res->identical = memcmp(o, o_first, o_bytes) == 0 &&
+                         (!s->writes_lse || memcmp(lse, lse_first, lse_bytes) == 0);
+    free(ms), free(o_first), free(lse_first);
     return st;
 }
 

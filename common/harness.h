@@ -71,7 +71,8 @@ typedef struct {
  * The caller frees *rows. */
 attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extra, uint64_t seed,
                              int64_t **rows, int64_t *nrows);
-/* Compares O (and LSE, when lse != NULL) on the given rows against stage 01's double reference,
+/* Compares O (and LSE, when lse != NULL) on the given rows against the independent double reference
+ * (reference.c; never the stage's own code, stage 01 included),
  * with the tolerance documented in check.c. */
 attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const float *lse,
                               const int64_t *rows, int64_t nrows, attn_check *c);

@@ -14,6 +14,7 @@
 #include "03_tiled/tiled.h"
 #include "04_online_softmax/online_softmax.h"
 #include "05_causal_bands/causal_bands.h"
+#include "06_fa2_full/fa2_cpu.h"
 #include "06_fa2_full/stage06.h"
 #include "07_tma_wgmma/stage07.h"
 #include "08_warp_specialized/stage08.h"
@@ -37,10 +38,24 @@ static int dims_any(int64_t D) { return D >= 1 && D <= ATTN_MAX_D; }
 static int dims_tiles(int64_t D) { return D == 32 || D == 64 || D == 128; }
 static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
-/* Where the GPU stages run: the plain CUDA-core and mma.sync stages from sm_80 on, the Hopper stages
- * (wgmma, setmaxnreg: sm_90a code) on sm_90 alone; the last number is how many GPUs a stage drives.
- * Stage 10 runs on every GPU of the host that it is given, each sm_80 or newer. */
+/* Each GPU stage from 03 on has a CPU model beside its kernel (NN_x/x_cpu.c, id NNm): the same tiles,
+ * loop order and equations in plain C, so that every algorithm runs, is tested and can be broken on
+ * a machine without a GPU. A model takes its stage's head dims and dtypes. */
+
+/* Where the GPU stages run: the CUDA-core stages 02-05 from sm_70 on (V100, and the T4 of free notebook
+ * services; the Makefile passes sm_75 when its nvcc, CUDA 13 or newer, no longer builds sm_70), the
+ * mma.sync stage from sm_80 on, the Hopper stages (wgmma, setmaxnreg: sm_90a code) on sm_90 alone;
+ * the last number is how many GPUs a stage drives. Stage 10 runs on every GPU of the host that it is
+ * given, each sm_80 or newer. */
 #define CPU_ONLY 0, 0, 0, "the CPU", 0
+#ifndef ATTN_CUDA_CORES_MIN_SM
+#define ATTN_CUDA_CORES_MIN_SM 70
+#endif
+#if ATTN_CUDA_CORES_MIN_SM == 70
+#define SM70_UP 1, 70, 0, "sm_70 or newer (V100, T4, A100, RTX 20/30/40, H100, H200)", 1
+#else
+#define SM70_UP 1, ATTN_CUDA_CORES_MIN_SM, 0, "sm_75 or newer (T4, A100, RTX 20/30/40, H100, H200)", 1
+#endif
 #define SM80_UP 1, 80, 0, "sm_80 or newer (A100, RTX 30/40, H100, H200)", 1
 #define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)", 1
 #define SM80_UP_MULTI 1, 80, 0, "sm_80 or newer GPUs of one host, through NCCL", ATTN_MAX_GPUS
@@ -54,17 +69,26 @@ const attn_stage attn_stages[] = {
      CPU_ONLY, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
     {"02", "02_naive_gpu", "naive_gpu",
      "the same on the GPU, materialising the N x N scores in device memory",
-     SM80_UP, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
+     SM70_UP, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
      "the N x N scores", GPU_RUN(stage02_run)},
     {"03", "03_tiled", "tiled",
      "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV",
-     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+    {"03m", "03_tiled", "tiled_cpu",
+     "stage 03's two passes over 64x64 tiles as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage03c_run},
     {"04", "04_online_softmax", "online_softmax",
      "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l",
-     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+    {"04m", "04_online_softmax", "online_softmax_cpu",
+     "stage 04's one pass with m, l and alpha as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage04c_run},
     {"05", "05_causal_bands", "causal_bands",
      "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
-     SM80_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+    {"05m", "05_causal_bands", "causal_bands_cpu",
+     "stage 05's causal bands as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage05c_run},
     /* Stage 06's road: each step one idea on the way from stage 05 to stage 06 (06_fa2_full/step06*.cu). */
     {"06a", "06_fa2_full", "fa2_first_mma",
      "road: stage 05 on mma.sync (64 x 64 tiles, P through smem, load then compute, Q re-read)",
@@ -80,6 +104,9 @@ const attn_stage attn_stages[] = {
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: 06e with FA2's tiles per head dim (128 rows, 32 per warp), bf16, D up to 256",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
+    {"06m", "06_fa2_full", "fa2_cpu",
+     "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)",
+     CPU_ONLY, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, stage06c_run},
     {"07", "07_tma_wgmma", "tma_wgmma",
      "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from registers",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage07_run)},
@@ -107,21 +134,25 @@ int attn_built_with_cuda(void) {
 #endif
 }
 
-/* 1 when the id is a stage number alone ("06"), not a road step ("06c") */
+/* 1 when the id is a stage number alone ("06"), not a road step or a CPU model ("06c", "06m") */
 static int id_is_number(const char *id) { return id[0] && strspn(id, "0123456789") == strlen(id); }
 
+/* An exact id or name first. Then a number with an optional one-letter suffix, the leading zero
+ * optional: "3" and "03" name stage 03, "3m" its CPU model, "6a" the road's first step. A folder
+ * names the numbered stage in it (not its road steps or CPU model). */
 const attn_stage *attn_find_stage(const char *key) {
     if (!key || !*key) return NULL;
+    for (int s = 0; s < attn_num_stages; s++)
+        if (strcmp(key, attn_stages[s].id) == 0 || strcmp(key, attn_stages[s].name) == 0) return &attn_stages[s];
     char *end = NULL;
-    long n = strtol(key, &end, 10);
-    int numeric = end && *end == '\0' && n >= 0 && n < 100;
-    for (int s = 0; s < attn_num_stages; s++) {
-        const attn_stage *st = &attn_stages[s];
-        if (strcmp(key, st->id) == 0 || strcmp(key, st->name) == 0) return st;
-        /* "6" is stage 06, and so is its folder; the road steps that share the folder have their ids */
-        if (!id_is_number(st->id)) continue;
-        if ((numeric && atoi(st->id) == n) || strcmp(key, st->folder) == 0) return st;
-    }
+    const long n = key[0] >= '0' && key[0] <= '9' ? strtol(key, &end, 10) : -1;
+    if (n >= 0 && n < 100 && strlen(end) <= 1)
+        for (int s = 0; s < attn_num_stages; s++) {
+            char *id_end = NULL;
+            if (strtol(attn_stages[s].id, &id_end, 10) == n && strcmp(id_end, end) == 0) return &attn_stages[s];
+        }
+    for (int s = 0; s < attn_num_stages; s++)
+        if (id_is_number(attn_stages[s].id) && strcmp(key, attn_stages[s].folder) == 0) return &attn_stages[s];
     return NULL;
 }
 

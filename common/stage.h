@@ -35,7 +35,8 @@ typedef struct {
 #define ATTN_MAX_GPUS 64
 
 typedef struct {
-    const char *id;     /* "01" .. "06"; stage 06's road steps "06a" .. "06e" */
+    const char *id;     /* "01" .. "10"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" for the CPU
+                           models of 03 .. 06 */
     const char *folder; /* "01_naive_cpu" */
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */
@@ -67,8 +68,8 @@ extern const int attn_num_stages;
 extern const int attn_test_dims[];
 extern const int attn_num_test_dims;
 
-/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu" (a road step by its id "06c" or name); NULL if none
- * matches. */
+/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; a road step or CPU model by its id ("06c", "3m"
+ * or "03m") or name (a folder names the numbered stage in it); NULL if none matches. */
 const attn_stage *attn_find_stage(const char *key);
 /* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);

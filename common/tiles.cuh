@@ -361,6 +361,15 @@ static inline attn_status tiles_run(const char *stage, const attn_problem *p, co
                              (long long)prm.blocks);
     }
     const size_t smem = tiles_smem_bytes((int)p->D);
+    /* D = 128 takes 99 KB: more than a V100 (96 KB) or a T4 (64 KB) gives one block. Say so instead
+     * of failing the launch. */
+    int dev = 0, smem_max = 0;
+    ATTN_CUDA(cudaGetDevice(&dev));
+    ATTN_CUDA(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem > (size_t)smem_max)
+        return attn_fail(ATTN_EUNSUPPORTED,
+                         "stage %s at head dim %d needs %zu KB of shared memory per block; this GPU allows "
+                         "%d KB (a smaller head dim runs)", stage, (int)p->D, smem / 1024, smem_max / 1024);
     if (smem > 48 * 1024)
         ATTN_CUDA(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));

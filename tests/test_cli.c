@@ -95,6 +95,23 @@ Test(cli, gpu_stage_runs_or_says_why_not) {
     cr_assert(strstr(out, "PASS"), "%s", out);
 }
 
+/* A GPU older than a stage needs gets one line naming both, and exit 1: stage 06 (sm_80 and newer)
+ * on what answers as a V100 (ATTN_FAKE_SM=70), while the CUDA-core stages 02-05 still run there. */
+Test(cli, older_gpu_is_told_what_a_stage_needs) {
+    const attn_stage *s2 = attn_find_stage("02"), *s6 = attn_find_stage("06");
+    SKIP_UNLESS_RUNNABLE(s6);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "ATTN_FAKE_SM=%d %s --stage 06 --seq 16 --dim 64", s2->min_sm, attn_bin());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+    char needle[64];
+    snprintf(needle, sizeof needle, "is sm_%d", s2->min_sm);
+    cr_assert(strstr(out, "stage 06 needs sm_80 or newer") && strstr(out, needle), "%s", out);
+    snprintf(cmd, sizeof cmd, "ATTN_FAKE_SM=%d %s --stage 04 --seq 77 --dim 64 --causal --check", s2->min_sm,
+             attn_bin());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "PASS"), "%s", out);
+}
+
 /* ---- .npy in and out ---------------------------------------------------------------------- */
 
 static void make_dir(char *dir, size_t cap) {

@@ -1,12 +1,13 @@
 /*
- * test_reference.c: the CPU reference (stage 01) and the fp16/bf16 conversions it rests on.
- * Stage 01 is checked against a second, deliberately plain implementation written here (the whole
- * N x N matrix per head, in long double) and against properties that need no reference at all.
+ * test_reference.c: stage 01, the independent reference that every --check uses (common/reference.c)
+ * and the fp16/bf16 conversions both rest on. Stage 01 and the reference, written apart, are checked
+ * against each other, and stage 01 against properties that need no reference at all.
  */
 #include <math.h>
 
 #include "01_naive_cpu/naive_cpu.h"
 #include "half.h"
+#include "reference.h"
 #include "test_util.h"
 
 /* ---- fp16 / bf16 -------------------------------------------------------------------------- */
@@ -40,40 +41,10 @@ Test(half, bf16_rounds_to_nearest_even) {
     cr_assert(isnan(attn_bf2f(attn_f2bf(NAN))));
 }
 
-/* ---- a second reference, as plain as it gets ---------------------------------------------- */
+/* ---- stage 01 against the independent reference (common/reference.c) ------------------------ */
 
-static void plain_attention(const attn_problem *p, const uint16_t *q, const uint16_t *k,
-                            const uint16_t *v, long double *o, long double *lse) {
-    const int64_t N = p->N, D = p->D;
-    long double *S = malloc((size_t)(N * N) * sizeof(long double));
-    cr_assert_not_null(S);
-    for (int64_t bh = 0; bh < p->B * p->H; bh++) {
-        const uint16_t *qh = q + bh * N * D, *kh = k + bh * N * D, *vh = v + bh * N * D;
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t j = 0; j < N; j++) {
-                long double s = 0;
-                for (int64_t d = 0; d < D; d++)
-                    s += (long double)attn_to_f32(qh[i * D + d], p->dtype) * attn_to_f32(kh[j * D + d], p->dtype);
-                S[i * N + j] = (p->causal && j > i) ? -INFINITY : s * (long double)p->scale;
-            }
-        for (int64_t i = 0; i < N; i++) {
-            long double m = -INFINITY, l = 0;
-            for (int64_t j = 0; j < N; j++) m = fmaxl(m, S[i * N + j]);
-            for (int64_t j = 0; j < N; j++) l += expl(S[i * N + j] - m);
-            for (int64_t d = 0; d < D; d++) {
-                long double acc = 0;
-                for (int64_t j = 0; j < N; j++)
-                    acc += expl(S[i * N + j] - m) / l * attn_to_f32(vh[j * D + d], p->dtype);
-                o[(bh * N + i) * D + d] = acc;
-            }
-            lse[bh * N + i] = m + logl(l);
-        }
-    }
-    free(S);
-}
-
-static void compare_with_plain(int64_t B, int64_t H, int64_t N, int64_t D, int causal, attn_dtype t,
-                               attn_init init) {
+static void compare_with_reference(int64_t B, int64_t H, int64_t N, int64_t D, int causal, attn_dtype t,
+                                   attn_init init) {
     attn_problem p = attn_problem_make(B, H, N, D, causal);
     p.dtype = t;
     attn_inputs in;
@@ -82,37 +53,38 @@ static void compare_with_plain(int64_t B, int64_t H, int64_t N, int64_t D, int c
     const int64_t rows = attn_rows(&p), n = attn_qkv_elems(&p);
     int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
     double *o = malloc((size_t)n * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
-    long double *po = malloc((size_t)n * sizeof(long double)), *plse = malloc((size_t)rows * sizeof(long double));
-    cr_assert(idx && o && lse && po && plse);
+    double *ro = malloc((size_t)n * sizeof(double)), *rlse = malloc((size_t)rows * sizeof(double));
+    cr_assert(idx && o && lse && ro && rlse);
     for (int64_t r = 0; r < rows; r++) idx[r] = r;
     cr_assert_eq(naive_cpu_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s", attn_last_error());
-    plain_attention(&p, in.q, in.k, in.v, po, plse);
+    cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, ro, rlse), ATTN_OK, "%s",
+                 attn_last_error());
     /* Both are exact to double rounding: 1e-12 relative to the output scale is far below any
      * fp16 effect and far above double rounding over N <= 300 terms. */
     for (int64_t e = 0; e < n; e++)
-        cr_assert(fabsl(o[e] - po[e]) <= 1e-12L * (1 + fabsl(po[e])), "O[%lld]: %.17g vs %.17Lg",
-                  (long long)e, o[e], po[e]);
+        cr_assert(fabs(o[e] - ro[e]) <= 1e-12 * (1 + fabs(ro[e])), "O[%lld]: %.17g vs %.17g",
+                  (long long)e, o[e], ro[e]);
     for (int64_t r = 0; r < rows; r++)
-        cr_assert(fabsl(lse[r] - plse[r]) <= 1e-12L * (1 + fabsl(plse[r])), "LSE[%lld]: %.17g vs %.17Lg",
-                  (long long)r, lse[r], plse[r]);
-    free(idx), free(o), free(lse), free(po), free(plse);
+        cr_assert(fabs(lse[r] - rlse[r]) <= 1e-12 * (1 + fabs(rlse[r])), "LSE[%lld]: %.17g vs %.17g",
+                  (long long)r, lse[r], rlse[r]);
+    free(idx), free(o), free(lse), free(ro), free(rlse);
     attn_inputs_free(&in);
 }
 
-Test(reference, matches_plain_implementation) {
-    compare_with_plain(2, 3, 1, 8, 0, ATTN_F16, ATTN_INIT_NORMAL);
-    compare_with_plain(2, 3, 17, 5, 1, ATTN_F16, ATTN_INIT_NORMAL);
-    compare_with_plain(1, 2, 129, 64, 0, ATTN_F16, ATTN_INIT_NORMAL);
-    compare_with_plain(1, 2, 129, 64, 1, ATTN_F16, ATTN_INIT_NORMAL);
-    compare_with_plain(1, 1, 70, 1, 1, ATTN_BF16, ATTN_INIT_NORMAL);
-    compare_with_plain(1, 1, 200, 256, 0, ATTN_BF16, ATTN_INIT_RISING);
+Test(reference, stage01_matches_independent_reference) {
+    compare_with_reference(2, 3, 1, 8, 0, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_reference(2, 3, 17, 5, 1, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_reference(1, 2, 129, 64, 0, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_reference(1, 2, 129, 64, 1, ATTN_F16, ATTN_INIT_NORMAL);
+    compare_with_reference(1, 1, 70, 1, 1, ATTN_BF16, ATTN_INIT_NORMAL);
+    compare_with_reference(1, 1, 200, 256, 0, ATTN_BF16, ATTN_INIT_RISING);
 }
 
 Test(reference, large_scores_stay_finite_and_exact) {
     /* Scores in the thousands: exp(s) overflows without the max subtracted. */
-    compare_with_plain(1, 2, 100, 64, 0, ATTN_F16, ATTN_INIT_LARGE);
-    compare_with_plain(1, 2, 100, 64, 1, ATTN_F16, ATTN_INIT_LARGE);
-    compare_with_plain(1, 1, 65, 32, 0, ATTN_F16, ATTN_INIT_FIRST_MAX);
+    compare_with_reference(1, 2, 100, 64, 0, ATTN_F16, ATTN_INIT_LARGE);
+    compare_with_reference(1, 2, 100, 64, 1, ATTN_F16, ATTN_INIT_LARGE);
+    compare_with_reference(1, 1, 65, 32, 0, ATTN_F16, ATTN_INIT_FIRST_MAX);
 }
 
 /* ---- properties that need no reference ---------------------------------------------------- */

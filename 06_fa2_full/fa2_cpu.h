@@ -1,0 +1,16 @@
+/* fa2_cpu.h: stage 06m, a plain-C model of stage 06's FlashAttention-2 algorithm (fa2_cpu.c). */
+#ifndef ATTN_FA2_CPU_H
+#define ATTN_FA2_CPU_H
+
+#include "attn.h"
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* fp16 and bf16, head dims 32, 64, 96, 128, 256 (stage06_supports_dim); writes LSE. Host pointers. */
+attn_status stage06c_run(const attn_problem *p, const attn_args *a);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,115 @@
+/*
+ * reference.c: the independent reference every --check compares against, written apart from the
+ * stages so that no stage is ever checked against itself. Stage 01 computes the same definition, but
+ * stage 01 is a stage: a broken causal mask or loop bound there must show up as a FAIL, which it
+ * cannot if the check runs stage 01's own code. The CPU models of stages 03-06 share the harness and
+ * the 16-bit conversions with stage 01 and nothing else. tests/test_reference.c checks this file and
+ * stage 01 against each other and against properties that need no reference at all.
+ *
+ * For each requested row i of head (b, h), in double:
+ *     s_j   = scale * sum_d q_id k_jd      for every key j the row sees (j < N; j <= i when causal)
+ *     m     = max_j s_j,   l = sum_j exp(s_j - m)
+ *     o_i   = sum_j exp(s_j - m) v_j / l,   LSE_i = m + ln(l)
+ * The products q_id k_jd of two 16-bit values are exact in double, and the sums run over at most a
+ * few thousand terms: the result is exact to about 1e-13 relative, far below the 2^-11 of fp16.
+ * The layout is chosen for speed without changing that: a head's K is decoded once, transposed, so
+ * that a row's scores are computed key-parallel (s_j += q_d k_dj for all j, d by d: the compiler
+ * vectorises the loop over j, each s_j is still summed in the order d = 0 .. D-1).
+ */
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "half.h"
+
+/* One head as doubles: Kt[d * N + j] = k_jd (transposed), V[j * D + d] = v_jd. */
+static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, double *Kt, double *V) {
+    const int64_t N = p->N, D = p->D;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t d = 0; d < D; d++) {
+            Kt[d * N + j] = attn_to_f32(k[j * D + d], p->dtype);
+            V[j * D + d] = attn_to_f32(v[j * D + d], p->dtype);
+        }
+}
+
+/* Row i of one head: s is scratch for N doubles. */
+static void reference_row(const attn_problem *p, const double *Kt, const double *V, const uint16_t *q, int64_t i,
+                          double *s, double *o, double *lse) {
+    const int64_t N = p->N, D = p->D, nkeys = p->causal ? i + 1 : N;
+    for (int64_t j = 0; j < nkeys; j++) s[j] = 0.0;
+    int64_t d = 0;
+    for (; d + 2 <= D; d += 2) { /* two steps of d per pass over s, summed in order */
+        const double q0 = attn_to_f32(q[d], p->dtype), q1 = attn_to_f32(q[d + 1], p->dtype);
+        const double *k0 = Kt + d * N, *k1 = k0 + N;
+#pragma omp simd
+        for (int64_t j = 0; j < nkeys; j++) s[j] = (s[j] + q0 * k0[j]) + q1 * k1[j];
+    }
+    for (; d < D; d++) {
+        const double qd = attn_to_f32(q[d], p->dtype);
+        const double *kd = Kt + d * N;
+#pragma omp simd
+        for (int64_t j = 0; j < nkeys; j++) s[j] += qd * kd[j];
+    }
+    double m = -INFINITY;
+    for (int64_t j = 0; j < nkeys; j++) {
+        s[j] *= (double)p->scale;
+        m = fmax(m, s[j]);
+    }
+    double l = 0.0;
+    for (int64_t j = 0; j < nkeys; j++) {
+        s[j] = exp(s[j] - m);
+        l += s[j];
+    }
+    for (d = 0; d < D; d++) o[d] = 0.0;
+    int64_t j = 0;
+    for (; j + 2 <= nkeys; j += 2) { /* two keys per pass over o, summed in order */
+        const double p0 = s[j] / l, p1 = s[j + 1] / l;
+        const double *v0 = V + j * D, *v1 = v0 + D;
+#pragma omp simd
+        for (int64_t e = 0; e < D; e++) o[e] = (o[e] + p0 * v0[e]) + p1 * v1[e];
+    }
+    for (; j < nkeys; j++) {
+        const double pj = s[j] / l;
+        const double *vj = V + j * D;
+#pragma omp simd
+        for (int64_t e = 0; e < D; e++) o[e] += pj * vj[e];
+    }
+    *lse = m + log(l);
+}
+
+attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                const int64_t *rows, int64_t nrows, double *o, double *lse) {
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    for (int64_t r = 0; r < nrows; r++)
+        if (rows[r] < 0 || rows[r] >= attn_rows(p) || (r > 0 && rows[r] < rows[r - 1]))
+            return attn_fail(ATTN_EINVAL, "reference: rows must be sorted and in 0..%lld",
+                             (long long)attn_rows(p) - 1);
+    const int64_t N = p->N, D = p->D;
+    double *Kt = malloc((size_t)(N * D) * sizeof(double)), *V = malloc((size_t)(N * D) * sizeof(double));
+    if (!Kt || !V) {
+        free(Kt), free(V);
+        return attn_fail(ATTN_ENOMEM, "reference: cannot allocate %.1f MiB for one head of K and V",
+                         2.0 * (double)(N * D) * 8.0 / 1048576.0);
+    }
+    int failed = 0;
+    for (int64_t r0 = 0, r1; r0 < nrows && !failed; r0 = r1) {
+        const int64_t bh = rows[r0] / N;
+        for (r1 = r0; r1 < nrows && rows[r1] / N == bh; r1++) {}
+        decode_head(p, k + bh * N * D, v + bh * N * D, Kt, V);
+#pragma omp parallel reduction(| : failed)
+        {
+            double *s = malloc((size_t)N * sizeof(double));
+            if (!s) failed = 1;
+#pragma omp for schedule(dynamic, 8)
+            for (int64_t r = r0; r < r1; r++)
+                if (s) reference_row(p, Kt, V, q + rows[r] * D, rows[r] % N, s, o + r * D, lse + r);
+            free(s);
+        }
+    }
+    free(Kt), free(V);
+    if (failed) return attn_fail(ATTN_ENOMEM, "reference: cannot allocate a row of %lld scores", (long long)N);
+    return ATTN_OK;
+}

@@ -1,0 +1,225 @@
+/*
+ * tiles_cpu.h: the tile machinery of the CPU models, the plain-C counterpart of tiles.cuh. Each GPU
+ * stage from 03 to 06 has a model beside its kernel (03_tiled/tiled_cpu.c, ...) that runs the same
+ * algorithm on the CPU: the same tiles Br x Bc, the same loop over Tc key tiles, the same names (m,
+ * l, alpha, O) and equations, in fp32 as on the GPU. What a GPU thread block does to one row tile,
+ * a model does in one call of its row-tile function; OpenMP hands the (b, h, row tile) blocks to the
+ * cores the way the GPU hands them to the SMs. A model has no threads inside a block, no shared
+ * memory and no shuffles: where the kernel splits a row over 16 threads (or a quad), the model
+ * keeps the whole row. So `diff` between two neighbouring models shows the idea alone, and every
+ * idea can be run, stepped through in a debugger and broken on a laptop.
+ *
+ * What lives here (the models' files hold only their algorithm):
+ *   - cpu_tile_load_rows / cpu_tile_load_keys: rows of Q or V, and K transposed, from 16-bit memory
+ *     into fp32 tiles, rows >= N zero-filled (inputs are never padded);
+ *   - cpu_tile_scores: S = Q K^T for a tile; cpu_tile_mask: -inf for keys >= N and, when causal,
+ *     keys j > i; cpu_tile_row_max;
+ *   - cpu_tile_pv: O += P V; cpu_tile_store_o: O / l rounded to 16 bits, rows >= N never written;
+ *   - cpu_tiles_run: the "launch": checks, scratch per OpenMP thread, the loop over blocks.
+ *
+ * Layout (floats, row-major): Q tile Br x D, K tile stored transposed D x Bc (so that the inner loop
+ * of S = Q K^T runs over contiguous keys and the compiler can vectorise it), V tile Bc x D, S or P
+ * Br x Bc, O Br x D. Each element of S is summed over d in order 0..D-1 and each element of O over
+ * the keys in order, whatever the vector width: a model is bit-for-bit repeatable, with any number
+ * of threads (each block's rows are written by one thread only).
+ */
+#ifndef ATTN_TILES_CPU_H
+#define ATTN_TILES_CPU_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "half.h"
+#include "stage.h"
+
+#define CPU_LOG2E 1.4426950408889634f /* log2(e), as TILE_LOG2E and FA2_LOG2E */
+#define CPU_LN2 0.69314718055994531f
+
+/* One head of the problem, as a row-tile function sees it. */
+typedef struct {
+    const uint16_t *q, *k, *v; /* this head's [N, D] */
+    uint16_t *o;               /* this head's [N, D] */
+    float *lse;                /* this head's [N], or NULL */
+    int N, D;
+    int Br, Bc;                /* query rows per row tile, keys per key tile */
+    int Tr, Tc;                /* ceil(N / Br) row tiles, ceil(N / Bc) key tiles */
+    int causal;
+    float scale;
+    attn_dtype dtype;
+} cpu_tile_params;
+
+/* One OpenMP thread's tiles, reused for every block it runs (the model's "shared memory" and
+ * "registers"). */
+typedef struct {
+    float *Qs; /* Br x D */
+    float *Kt; /* D x Bc: the K tile, transposed */
+    float *Vs; /* Bc x D */
+    float *S;  /* Br x Bc: scores, then P */
+    float *O;  /* Br x D: the accumulator */
+    float *m, *l; /* Br */
+} cpu_tile_scratch;
+
+typedef void (*cpu_row_tile_fn)(const cpu_tile_params *prm, int qt, cpu_tile_scratch *w);
+
+/* ---- 16-bit memory -> fp32 tiles ------------------------------------------------------------ */
+
+/* Rows row0 .. row0+rows-1 of one head ([N, D] at src) into dst (rows x D), times mult; rows >= N
+ * are zeros, like tile_load_rows. */
+static inline void cpu_tile_load_rows(float *dst, const uint16_t *src, int row0, int rows, int N, int D,
+                                      float mult, attn_dtype t) {
+    for (int r = 0; r < rows; r++) {
+        float *d = dst + (int64_t)r * D;
+        if (row0 + r >= N) {
+            memset(d, 0, (size_t)D * sizeof(float));
+            continue;
+        }
+        const uint16_t *s = src + (int64_t)(row0 + r) * D;
+        for (int x = 0; x < D; x++) d[x] = attn_to_f32(s[x], t) * mult;
+    }
+}
+
+/* Keys key0 .. key0+keys-1 of one head into Kt transposed (Kt[d * keys + c] = k[key0 + c][d]),
+ * zeros past N. */
+static inline void cpu_tile_load_keys(float *Kt, const uint16_t *k, int key0, int keys, int N, int D,
+                                      attn_dtype t) {
+    for (int c = 0; c < keys; c++) {
+        const int j = key0 + c;
+        for (int x = 0; x < D; x++)
+            Kt[(int64_t)x * keys + c] = j < N ? attn_to_f32(k[(int64_t)j * D + x], t) : 0.0f;
+    }
+}
+
+/* ---- S = Q K^T, the mask, the row max --------------------------------------------------------- */
+
+/* S[r][c] = Qs[r] . K[c0 + c] over D, for rows x keys, from a K tile of ldk keys (transposed). Four
+ * steps of d per pass over a row of S (one load and one store of S per 4 products, not per product);
+ * the parentheses keep each S[r][c] summed over d in order 0, 1, 2, ..., as a plain loop would. */
+static inline void cpu_tile_scores(float *S, const float *Qs, int rows, const float *Kt, int ldk, int c0,
+                                   int keys, int D) {
+    memset(S, 0, (size_t)rows * keys * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        float *s = S + (int64_t)r * keys;
+        const float *q = Qs + (int64_t)r * D;
+        int x = 0;
+        for (; x + 4 <= D; x += 4) {
+            const float *k0 = Kt + (int64_t)x * ldk + c0, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+            const float q0 = q[x], q1 = q[x + 1], q2 = q[x + 2], q3 = q[x + 3];
+#pragma omp simd
+            for (int c = 0; c < keys; c++) s[c] = (((s[c] + q0 * k0[c]) + q1 * k1[c]) + q2 * k2[c]) + q3 * k3[c];
+        }
+        for (; x < D; x++) {
+            const float *kx = Kt + (int64_t)x * ldk + c0;
+#pragma omp simd
+            for (int c = 0; c < keys; c++) s[c] += q[x] * kx[c];
+        }
+    }
+}
+
+/* -inf where key j may not be seen by query i: j >= N (the tail of the last key tile) or, when
+ * causal, j > i. q0 and key0 are the first query row and the first key of the tile. */
+static inline void cpu_tile_mask(float *S, int rows, int keys, int q0, int key0, int N, int causal) {
+    for (int r = 0; r < rows; r++) {
+        const int i = q0 + r;
+        for (int c = 0; c < keys; c++) {
+            const int j = key0 + c;
+            if (j >= N || (causal && j > i)) S[(int64_t)r * keys + c] = -INFINITY;
+        }
+    }
+}
+
+static inline float cpu_tile_row_max(const float *s, int keys) {
+    float mx = -INFINITY;
+    for (int c = 0; c < keys; c++) mx = fmaxf(mx, s[c]);
+    return mx;
+}
+
+/* ---- O += P V, and the store ------------------------------------------------------------------ */
+
+/* O[r] += sum_c P[r][c] V[c0 + c] over the keys of P (rows x keys). Four keys per pass over a row
+ * of O, with the parentheses keeping each O[r][x] summed over the keys in order. */
+static inline void cpu_tile_pv(float *O, const float *P, int rows, int keys, const float *Vs, int c0, int D) {
+    for (int r = 0; r < rows; r++) {
+        float *o = O + (int64_t)r * D;
+        const float *p = P + (int64_t)r * keys, *V = Vs + (int64_t)c0 * D;
+        int c = 0;
+        for (; c + 4 <= keys; c += 4) {
+            const float *v0 = V + (int64_t)c * D, *v1 = v0 + D, *v2 = v1 + D, *v3 = v2 + D;
+            const float p0 = p[c], p1 = p[c + 1], p2 = p[c + 2], p3 = p[c + 3];
+#pragma omp simd
+            for (int x = 0; x < D; x++) o[x] = (((o[x] + p0 * v0[x]) + p1 * v1[x]) + p2 * v2[x]) + p3 * v3[x];
+        }
+        for (; c < keys; c++) {
+            const float *v = V + (int64_t)c * D;
+#pragma omp simd
+            for (int x = 0; x < D; x++) o[x] += p[c] * v[x];
+        }
+    }
+}
+
+/* O / l rounded to 16 bits into rows q0 .. q0+rows-1 of the head; rows >= N are never written.
+ * Every stored row has l >= 1 (its largest score gives exp(0) = 1); the guard is tile_store_o's. */
+static inline void cpu_tile_store_o(uint16_t *o_head, const float *O, const float *l, int q0, int rows, int N,
+                                    int D, attn_dtype t) {
+    for (int r = 0; r < rows && q0 + r < N; r++) {
+        const float inv_l = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        uint16_t *orow = o_head + (int64_t)(q0 + r) * D;
+        for (int x = 0; x < D; x++) orow[x] = attn_from_f32(O[(int64_t)r * D + x] * inv_l, t);
+    }
+}
+
+/* ---- the launch ------------------------------------------------------------------------------- */
+
+static inline void cpu_tile_scratch_free(cpu_tile_scratch *w) {
+    free(w->Qs), free(w->Kt), free(w->Vs), free(w->S), free(w->O), free(w->m), free(w->l);
+}
+
+static inline int cpu_tile_scratch_alloc(cpu_tile_scratch *w, int Br, int Bc, int D) {
+    w->Qs = malloc((size_t)Br * D * sizeof(float));
+    w->Kt = malloc((size_t)D * Bc * sizeof(float));
+    w->Vs = malloc((size_t)Bc * D * sizeof(float));
+    w->S = malloc((size_t)Br * Bc * sizeof(float));
+    w->O = malloc((size_t)Br * D * sizeof(float));
+    w->m = malloc((size_t)Br * sizeof(float));
+    w->l = malloc((size_t)Br * sizeof(float));
+    return w->Qs && w->Kt && w->Vs && w->S && w->O && w->m && w->l;
+}
+
+/* Runs row_tile on every (b, h, row tile) block, in parallel over the blocks. `stage` is "03m" etc.
+ * The caller has checked D and the dtype. */
+static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p, const attn_args *a, int Br,
+                                        int Bc, cpu_row_tile_fn row_tile) {
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    const int64_t BH = p->B * p->H, N = p->N, D = p->D;
+    const int Tr = (int)((N + Br - 1) / Br), Tc = (int)((N + Bc - 1) / Bc);
+    const int64_t blocks = BH * Tr;
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        cpu_tile_scratch w;
+        if (!cpu_tile_scratch_alloc(&w, Br, Bc, (int)D)) {
+            failed = 1;
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                const int64_t bh = blk / Tr, head = bh * N * D;
+                /* Row tiles run last to first, as on the GPU: under a causal mask the last ones are
+                 * the longest, and starting them first keeps the end of the loop short. */
+                const int qt = Tr - 1 - (int)(blk % Tr);
+                const cpu_tile_params prm = {(const uint16_t *)a->q + head, (const uint16_t *)a->k + head,
+                                             (const uint16_t *)a->v + head, (uint16_t *)a->o + head,
+                                             a->lse ? a->lse + bh * N : NULL, (int)N, (int)D, Br, Bc, Tr, Tc,
+                                             p->causal != 0, p->scale, p->dtype};
+                row_tile(&prm, qt, &w);
+            }
+        }
+        cpu_tile_scratch_free(&w);
+    }
+    if (failed) return attn_fail(ATTN_ENOMEM, "stage %s: cannot allocate the tiles of one thread", stage);
+    return ATTN_OK;
+}
+
+#endif
