@@ -31,9 +31,9 @@
 #include "fa2_cpu.h"
 #include "tiles_cpu.h"
 
-#define ID "06m"  /* this model's registry id */
-#define BR 128    /* Br: query rows per row tile (fa2.cu's tile table, every D) */
-#define BCS 64    /* keys per compute step (fa2_cfg_bcs) */
+#define ID "06m" /* this model's registry id */
+#define BR 128   /* Br: query rows per row tile (fa2.cu's tile table, every D) */
+#define BCS 64   /* keys per compute step (fa2_cfg_bcs) */
 
 /* fa2.cu's tile table: keys per K/V tile and warps per block, by head dim */
 static int fa2c_bc(int D) { return D <= 64 ? 128 : 64; }

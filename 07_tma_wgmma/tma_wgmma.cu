@@ -74,7 +74,8 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
 
 /* K_j and V_j into ring buffer `buf`, each on its own barrier: S = Q K^T can start before V lands. */
 template <int D>
-static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const smem_layout *sm, int buf, int j, int bh) {
+static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const smem_layout *sm, int buf,
+                                               int j, int bh) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D);
     hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
     hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
@@ -88,8 +89,9 @@ static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const s
  * visited `stages` steps later.
  */
 template <int BF16, int D, int CAUSAL, int MASK>
-static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm, hop_rows<D> *r,
-                                                   int it, int j, int row0, int bh, int n_tiles) {
+static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
+                                                hop_rows<D> *r, int it, int j, int row0, int bh,
+                                                int n_tiles) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D);
     const int buf = it % STAGES;
     const uint32_t parity = (uint32_t)((it / STAGES) & 1);
@@ -145,14 +147,16 @@ __global__ void __launch_bounds__(THREADS, 1) tma_wgmma_kernel(const __grid_cons
     const int row0 = q0 + hop_thread_row((int)(threadIdx.x >> 7));
     hop_mbar_wait(sm.q_full, 0);
     int it = 0, j = j0;
-    for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, CAUSAL, 1>(&p, &sm, &r, it, j, row0, (int)bh, kr.n_tiles);
+    for (; j >= kr.n_plain; --j, ++it)
+        key_tile<BF16, D, CAUSAL, 1>(&p, &sm, &r, it, j, row0, (int)bh, kr.n_tiles);
     for (; j >= 0; --j, ++it) key_tile<BF16, D, CAUSAL, 0>(&p, &sm, &r, it, j, row0, (int)bh, kr.n_tiles);
     hop_store_o_lse<BF16, D>(&p, &r, bh, row0);
 }
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 
-template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+template <int BF16, int D, int CAUSAL>
+static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = tma_wgmma_kernel<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 07");
     if (st != ATTN_OK) return st;
@@ -163,7 +167,8 @@ template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_
     return ATTN_OK;
 }
 
-template <int BF16, int CAUSAL> static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
+template <int BF16, int CAUSAL>
+static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
     switch (D) {
     case 64: return launch<BF16, 64, CAUSAL>(kp, s);
     case 128: return launch<BF16, 128, CAUSAL>(kp, s);

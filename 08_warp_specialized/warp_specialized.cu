@@ -44,15 +44,15 @@ static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
-    return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 4 * stages_for(d)) +
-           1024;
+    return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
+           8 * (1 + 4 * stages_for(d)) + 1024;
 }
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
-    uint32_t q, k, v;                  /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
-    uint32_t q_full, k_full, v_full;   /* written by the copy engine; buffer s's at + 8 s */
-    uint32_t k_empty, v_empty;         /* read by every consumer thread */
+    uint32_t q, k, v;                /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t q_full, k_full, v_full; /* written by the copy engine; buffer s's at + 8 s */
+    uint32_t k_empty, v_empty;       /* read by every consumer thread */
 } smem_layout;
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
@@ -75,8 +75,8 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
  * use u-1: the empty barrier's phase u-1 has completed, parity (u - 1) & 1.
  */
 template <int D>
-static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0, int j0,
-                                               int n_tiles, int bh) {
+static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
+                                               int j0, int n_tiles, int bh) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
     for (int it = 0; it < n_tiles; ++it) {
@@ -94,8 +94,8 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
  * waited for at once; what is gone is the block-wide barrier.
  */
 template <int BF16, int D, int CAUSAL, int MASK>
-static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm, hop_rows<D> *r,
-                                                int it, int j, int wg, int row0) {
+static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
+                                                hop_rows<D> *r, int it, int j, int wg, int row0) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const int buf = it % S;
     const uint32_t parity = (uint32_t)((it / S) & 1);
@@ -120,8 +120,8 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
 
 /* A consumer warpgroup's whole row block: the masked tiles first, then the plain ones, then O and LSE. */
 template <int BF16, int D, int CAUSAL>
-static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, hop_key_range kr,
-                                               int wg, int q0, int64_t bh) {
+static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm,
+                                               hop_key_range kr, int wg, int q0, int64_t bh) {
     hop_rows<D> r;
     hop_rows_init<D>(&r);
     const int row0 = q0 + hop_thread_row(wg);
@@ -135,7 +135,8 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(THREADS, 1) warp_specialized_kernel(const __grid_constant__ hop_attn_params p) {
+__global__ void __launch_bounds__(THREADS, 1)
+    warp_specialized_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int BC = bc_for(D), S = stages_for(D);
     int mb;
     const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
@@ -167,7 +168,8 @@ __global__ void __launch_bounds__(THREADS, 1) warp_specialized_kernel(const __gr
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 
-template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+template <int BF16, int D, int CAUSAL>
+static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = warp_specialized_kernel<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 08");
     if (st != ATTN_OK) return st;
@@ -178,7 +180,8 @@ template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_
     return ATTN_OK;
 }
 
-template <int BF16, int CAUSAL> static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
+template <int BF16, int CAUSAL>
+static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
     switch (D) {
     case 64: return launch<BF16, 64, CAUSAL>(kp, s);
     case 128: return launch<BF16, 128, CAUSAL>(kp, s);

@@ -3,8 +3,8 @@
  * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
-#include "stage_lib.h"
 #include "stage08.h"
+#include "stage_lib.h"
 
 ATTN_STAGE_LIBRARY(warp_specialized, stage08_run)
 #endif

@@ -62,14 +62,14 @@ static __host__ __device__ constexpr int consumer_regs_for(int d) {
 }
 /* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
-    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) + 8 * (2 + 4 * stages_for(d)) +
-           1024;
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
+           8 * (2 + 4 * stages_for(d)) + 1024;
 }
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
-    uint32_t q, k, v;                  /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
-    uint32_t q_full, k_full, v_full;   /* written by the copy engine; buffer s's at + 8 s */
+    uint32_t q, k, v;                   /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t q_full, k_full, v_full;    /* written by the copy engine; buffer s's at + 8 s */
     uint32_t q_empty, k_empty, v_empty; /* read by every consumer thread */
 } smem_layout;
 
@@ -114,7 +114,8 @@ template <int D, int CAUSAL> static __device__ __forceinline__ work_item work_it
  * first waits until the consumers have released use u-1: the empty barrier's phase u-1, parity
  * (u - 1) & 1. Counters are unsigned: S is a power of two, so % S and the parities survive wrapping.
  */
-template <int D, int CAUSAL> static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm) {
+template <int D, int CAUSAL>
+static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm) {
     constexpr int BR = br_for(D), BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
@@ -143,7 +144,9 @@ template <int D, int CAUSAL> static __device__ __forceinline__ void produce(cons
  * hand-back, which nobody would take.
  */
 static constexpr int PINGPONG_BAR = 1, PINGPONG_THREADS = 256;
-static __device__ __forceinline__ void gemm_window_open(int wg) { hop_bar_sync(PINGPONG_BAR + wg, PINGPONG_THREADS); }
+static __device__ __forceinline__ void gemm_window_open(int wg) {
+    hop_bar_sync(PINGPONG_BAR + wg, PINGPONG_THREADS);
+}
 template <int W> static __device__ __forceinline__ void gemm_window_close(int wg, int last) {
     if (!(last && wg == W - 1)) hop_bar_arrive(PINGPONG_BAR + (wg + 1) % W, PINGPONG_THREADS);
 }
@@ -159,8 +162,8 @@ template <int BC> struct pending_pv {
  * softmax (O is 0: alpha_0 scales 0). */
 template <int BF16, int D, int CAUSAL, int MASK>
 static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *p, const smem_layout *sm,
-                                                         hop_rows<D> *r, pending_pv<bc_for(D)> *pv, uint32_t it,
-                                                         int j, int wg, int row0) {
+                                                         hop_rows<D> *r, pending_pv<bc_for(D)> *pv,
+                                                         uint32_t it, int j, int wg, int row0) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const uint32_t buf = it % S;
     float s[BC / 2];
@@ -183,8 +186,9 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
  * P V has finished reading: one P buffer, no register read by a wgmma in flight is rewritten.
  */
 template <int BF16, int D, int CAUSAL, int MASK>
-static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, const smem_layout *sm, hop_rows<D> *r,
-                                                     pending_pv<bc_for(D)> *pv, uint32_t it, int j, int wg, int row0) {
+static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, const smem_layout *sm,
+                                                     hop_rows<D> *r, pending_pv<bc_for(D)> *pv, uint32_t it,
+                                                     int j, int wg, int row0) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const uint32_t buf = it % S, prev = (it - 1) % S;
     float s[BC / 2];
@@ -248,7 +252,8 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
             pipeline_prologue<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
         else
             pipeline_prologue<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
-        for (--j, ++it; j >= kr.n_plain; --j, ++it) pipeline_step<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+        for (--j, ++it; j >= kr.n_plain; --j, ++it)
+            pipeline_step<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
         for (; j >= 0; --j, ++it) pipeline_step<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
         pipeline_epilogue<BF16, D>(sm, &r, &pv, it, wg, w + gridDim.x >= items);
         hop_store_o_lse<BF16, D>(p, &r, wi.bh, row0);
@@ -258,7 +263,8 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(threads_for(D), 1) overlap_kernel(const __grid_constant__ hop_attn_params p) {
+__global__ void __launch_bounds__(threads_for(D), 1)
+    overlap_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
     const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
     if (threadIdx.x == 0) {
@@ -291,7 +297,8 @@ __global__ void __launch_bounds__(threads_for(D), 1) overlap_kernel(const __grid
  * some SMs with twice the work of others (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335
  * with one item per block); the hardware's block scheduler hands the next item, longest first, to
  * whichever SM frees up. */
-template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+template <int BF16, int D, int CAUSAL>
+static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 09");
     if (st != ATTN_OK) return st;
@@ -305,7 +312,8 @@ template <int BF16, int D, int CAUSAL> static attn_status launch(const hop_attn_
     return ATTN_OK;
 }
 
-template <int BF16, int CAUSAL> static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
+template <int BF16, int CAUSAL>
+static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
     switch (D) {
     case 64: return launch<BF16, 64, CAUSAL>(kp, s);
     case 128: return launch<BF16, 128, CAUSAL>(kp, s);

@@ -55,7 +55,6 @@ for n in NS:
           "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b));"
           % (cond, n, ty, ty, acc_list(n), r, r + 1, r + 2, r + 3, r + 4, acc_cons(n)))
     w("}\n")
-w("// clang-format on\n")
 w("/* One name for every width: N is a template argument (the tile's key count or head dim). */")
 for kind, args, call in (("ss", "float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate", "(d, desc_a, desc_b, accumulate)"),
                          ("rs", "float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b", "(d, a, desc_b)")):
@@ -66,5 +65,5 @@ for kind, args, call in (("ss", "float (&d)[N / 2], uint64_t desc_a, uint64_t de
     for i, n in enumerate(NS):
         w("    %sif constexpr (N == %d) hop_wgmma_%s_%d%s%s;" % ("" if i == 0 else "else ", n, kind, n, targs, call))
     w("}\n")
-w("#endif")
+w("// clang-format on\n#endif")
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "wgmma_ops.cuh"), "w").write("\n".join(out) + "\n")

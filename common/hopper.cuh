@@ -41,7 +41,8 @@ static __device__ __forceinline__ void hop_fence_barrier_init(void) {
 }
 /* one arrival that also announces `bytes` still to come from the copy engine */
 static __device__ __forceinline__ void hop_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
 }
 static __device__ __forceinline__ void hop_mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
@@ -70,8 +71,8 @@ static __device__ __forceinline__ void hop_tma_load_3d(uint32_t dst, const void 
                  : "memory");
 }
 /* The reverse direction: shared memory to global, rows past the tensor's end are not written. */
-static __device__ __forceinline__ void hop_tma_store_3d(const void *tensor_map, uint32_t src, int col, int row,
-                                                        int head) {
+static __device__ __forceinline__ void hop_tma_store_3d(const void *tensor_map, uint32_t src, int col,
+                                                        int row, int head) {
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
                      (uint64_t)(uintptr_t)tensor_map),
                  "r"(src), "r"(col), "r"(row), "r"(head)

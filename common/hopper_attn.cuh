@@ -28,7 +28,8 @@ static __host__ __device__ constexpr int hop_tile_bytes(int rows, int d) { retur
 /* Which head and which row tile this block computes. Grid (Tr, min(B*H, 65535), ceil(B*H / 65535)): the
  * row tiles of a head run together (its K and V stay in L2); causal heads run from the last row tile
  * (the most key tiles) to the first, so the light tiles end the grid. Returns -1 past B*H. */
-template <int CAUSAL> static __device__ __forceinline__ int64_t hop_block_head(const hop_attn_params *p, int *mb) {
+template <int CAUSAL>
+static __device__ __forceinline__ int64_t hop_block_head(const hop_attn_params *p, int *mb) {
     const int64_t bh = (int64_t)blockIdx.z * gridDim.y + blockIdx.y;
     *mb = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return bh < p->bh ? bh : -1;
@@ -40,7 +41,8 @@ typedef struct {
     int n_tiles, n_plain;
 } hop_key_range;
 
-template <int BR, int BC, int CAUSAL> static __device__ __forceinline__ hop_key_range hop_key_tiles(int q0, int n) {
+template <int BR, int BC, int CAUSAL>
+static __device__ __forceinline__ hop_key_range hop_key_tiles(int q0, int n) {
     hop_key_range r;
     r.n_tiles = CAUSAL ? (min(n, q0 + BR) + BC - 1) / BC : (n + BC - 1) / BC;
     r.n_plain = min(CAUSAL ? (q0 + 1) / BC : r.n_tiles, n / BC);
@@ -50,11 +52,12 @@ template <int BR, int BC, int CAUSAL> static __device__ __forceinline__ hop_key_
 /* A tile of `rows` rows from row row0 of head bh: D/64 boxes, one per 64-column region, all counted on
  * one mbarrier (expect_tx: the whole tile, zero-filled rows past N included). One thread calls it. */
 template <int D>
-static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
-                                                     int row0, int bh) {
+static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                     int rows, int row0, int bh) {
     hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(rows, D));
 #pragma unroll
-    for (int c = 0; c < D / 64; ++c) hop_tma_load_3d(dst + (uint32_t)(c * rows * 128), map, bar, c * 64, row0, bh);
+    for (int c = 0; c < D / 64; ++c)
+        hop_tma_load_3d(dst + (uint32_t)(c * rows * 128), map, bar, c * 64, row0, bh);
 }
 
 /* S = Q K^T issued (not waited for): D/16 wgmma of 64 x Bc x 16. Step kk reads columns 16kk .. 16kk+15
@@ -75,7 +78,8 @@ static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t 
 }
 /* the same with the sign of the scale chosen at run time (one branch per tile, uniform) */
 template <int BF16, int D, int BR, int BC>
-static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t q_rows, uint32_t k_tile, int negate) {
+static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t q_rows, uint32_t k_tile,
+                                                   int negate) {
     if (negate)
         hop_issue_s<BF16, D, BR, BC, 1>(s, q_rows, k_tile);
     else
@@ -87,7 +91,8 @@ static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t 
  * regions (the next 64 columns of the head dim) are Bc x 128 bytes apart: the descriptor's leading
  * byte offset. */
 template <int BF16, int D, int BC>
-static __device__ __forceinline__ void hop_issue_pv(float (&o)[D / 2], const uint32_t (&p)[BC / 16][4], uint32_t v_tile) {
+static __device__ __forceinline__ void hop_issue_pv(float (&o)[D / 2], const uint32_t (&p)[BC / 16][4],
+                                                    uint32_t v_tile) {
     hop_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk)
@@ -186,7 +191,8 @@ static __device__ __forceinline__ void hop_pack_p(const float (&s)[BC / 2], uint
 }
 
 /* O *= alpha, row by row */
-template <int D> static __device__ __forceinline__ void hop_rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+template <int D>
+static __device__ __forceinline__ void hop_rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < D / 8; ++c)
 #pragma unroll
@@ -200,8 +206,8 @@ template <int D> static __device__ __forceinline__ void hop_rescale_o(float (&o)
  * 2^(x - m2) with x = s scale log2(e) and m2 = m scale log2(e), so sum e^(scale s) = 2^m2 l. row0 is the
  * thread's first row in the head. */
 template <int BF16, int D>
-static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p, const hop_rows<D> *r, int64_t bh,
-                                                       int row0) {
+static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p, const hop_rows<D> *r,
+                                                       int64_t bh, int row0) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -214,8 +220,10 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
         uint16_t *out = p->o + (bh * p->n + row) * D + 2 * t;
 #pragma unroll
         for (int c = 0; c < D / 8; ++c)
-            *(uint32_t *)(out + 8 * c) = hop_pack<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
-        if (t == 0) p->lse[bh * p->n + row] = l > 0.f ? r->m[h] * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+            *(uint32_t *)(out + 8 * c) =
+                hop_pack<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
+        if (t == 0)
+            p->lse[bh * p->n + row] = l > 0.f ? r->m[h] * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
     }
 }
 

@@ -24,10 +24,12 @@ static void look_up_encode(void) {
         encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
 }
 
-attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d, int box_rows) {
+attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d,
+                           int box_rows) {
     pthread_once(&encode_once, look_up_encode);
     if (!encode_tiled)
-        return attn_fail(ATTN_ENODEV, "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer): %s",
+        return attn_fail(ATTN_ENODEV,
+                         "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer): %s",
                          cudaGetErrorString(encode_lookup_err));
     /* dims innermost first: columns, rows of a head, heads; strides in bytes for dims 1 and 2 */
     const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)n, (cuuint64_t)bh};
@@ -38,18 +40,22 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        return attn_fail(ATTN_EINVAL, "cuTensorMapEncodeTiled refused a [%lld, %lld, %lld] tensor with a 64 x %d "
-                         "box (CUresult %d)", (long long)bh, (long long)n, (long long)d, box_rows, (int)r);
+        return attn_fail(ATTN_EINVAL,
+                         "cuTensorMapEncodeTiled refused a [%lld, %lld, %lld] tensor with a 64 x %d "
+                         "box (CUresult %d)",
+                         (long long)bh, (long long)n, (long long)d, box_rows, (int)r);
     return ATTN_OK;
 }
 
 attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc,
                            const char *id) {
-    if (p->N > ((int64_t)1 << 30)) return attn_fail(ATTN_EUNSUPPORTED, "stage %s: N must be at most 2^30", id);
+    if (p->N > ((int64_t)1 << 30))
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: N must be at most 2^30", id);
     const int64_t bh = p->B * p->H;
     if (bh > (int64_t)HOP_GRID_YZ * HOP_GRID_YZ)
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s: B*H must be at most 65535^2", id);
-    if (p->D % 64 != 0) return attn_fail(ATTN_EUNSUPPORTED, "stage %s: head dim must be a multiple of 64", id);
+    if (p->D % 64 != 0)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: head dim must be a multiple of 64", id);
     attn_status st;
     if ((st = hop_tensor_map(&kp->q_map, a->q, bh, p->N, p->D, br)) != ATTN_OK ||
         (st = hop_tensor_map(&kp->k_map, a->k, bh, p->N, p->D, bc)) != ATTN_OK ||
@@ -69,8 +75,8 @@ attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const att
 attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
     if (e != cudaSuccess)
-        return attn_fail(attn_cuda_status(e), "%s: asking for %d bytes of shared memory per block failed: %s", what,
-                         smem_bytes, cudaGetErrorString(e));
+        return attn_fail(attn_cuda_status(e), "%s: asking for %d bytes of shared memory per block failed: %s",
+                         what, smem_bytes, cudaGetErrorString(e));
     return ATTN_OK;
 }
 #endif

@@ -46,7 +46,8 @@ attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const att
 /* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box
  * of 64 columns x box_rows rows. ATTN_ENODEV when the driver lacks the function, ATTN_EINVAL when the
  * driver refuses the shape (the message names the shape). */
-attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d, int box_rows);
+attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d,
+                           int box_rows);
 
 /* The kernel's shared memory opt-in (> 48 KB), set before each launch. */
 attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what);

@@ -31,7 +31,8 @@ int attn_lib_forward(attn_stage_run_fn run, const void *q, const void *k, const 
     const void *ptr[5] = {q, k, v, o, lse};
     const char *name[5] = {"q", "k", "v", "o", "lse"};
     for (int i = 0; i < 5; i++) {
-        if (!ptr[i]) return lib_status(attn_fail(ATTN_EINVAL, "%s must be a device pointer, not NULL", name[i]));
+        if (!ptr[i])
+            return lib_status(attn_fail(ATTN_EINVAL, "%s must be a device pointer, not NULL", name[i]));
         if ((uintptr_t)ptr[i] % (i < 4 ? 16 : 4))
             return lib_status(attn_fail(ATTN_EINVAL, "%s must be %d-byte aligned", name[i], i < 4 ? 16 : 4));
         if (!on_device(ptr[i]))

@@ -31,11 +31,12 @@ int attn_lib_forward(attn_stage_run_fn run, const void *q, const void *k, const 
                      cudaStream_t stream);
 const char *attn_lib_status_string(int s);
 
-#define ATTN_STAGE_LIBRARY(name, run)                                                                         \
-    int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B, int64_t H, \
-                       int64_t N, int64_t D, int causal, float scale, int dtype, cudaStream_t stream) {        \
+#define ATTN_STAGE_LIBRARY(name, run)                                                                        \
+    int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
+                       int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
+                       cudaStream_t stream) {                                                                \
         return attn_lib_forward(run, q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream);             \
-    }                                                                                                         \
+    }                                                                                                        \
     const char *name##_status_string(int s) { return attn_lib_status_string(s); }                            \
     const char *name##_last_error(void) { return attn_last_error(); }
 

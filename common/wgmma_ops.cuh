@@ -315,8 +315,6 @@ static __device__ __forceinline__ void hop_wgmma_rs_256(float (&d)[128], const u
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
-// clang-format on
-
 /* One name for every width: N is a template argument (the tile's key count or head dim). */
 template <int BF16, int NEG_A, int N>
 static __device__ __forceinline__ void hop_wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -342,4 +340,5 @@ static __device__ __forceinline__ void hop_wgmma_rs(float (&d)[N / 2], const uin
     else if constexpr (N == 256) hop_wgmma_rs_256<BF16>(d, a, desc_b);
 }
 
+// clang-format on
 #endif

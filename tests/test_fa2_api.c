@@ -195,7 +195,8 @@ Test(fa2_api, an_earlier_error_is_not_reported_as_its_own) {
     char why[256] = "";
     cr_assert_eq(forward_and_check(300, 64, 1, 51, why, sizeof why), FA2_OK, "%s", why);
     const cudaError_t left = cudaGetLastError();
-    cr_assert_eq(left, planted, "the earlier error was consumed: cudaGetLastError() gave %s, the planted one was %s",
+    cr_assert_eq(left, planted,
+                 "the earlier error was consumed: cudaGetLastError() gave %s, the planted one was %s",
                  cudaGetErrorName(left), cudaGetErrorName(planted));
 }
 
