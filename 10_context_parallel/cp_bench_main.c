@@ -147,7 +147,8 @@ static attn_status run_ring(const opts *o, const attn_inputs *in, uint16_t *o_ri
     size_t before[ATTN_MAX_GPUS], after[ATTN_MAX_GPUS];
     cp_ring *R = NULL;
     free_memory(o->G, o->one_gpu, before);
-    attn_status st = cp_ring_create(&R, p, o->G, o->one_gpu);
+    const attn_stage *local = stage10_local_stage(p);
+    attn_status st = local ? cp_ring_create(&R, p, local, o->G, o->one_gpu) : ATTN_EUNSUPPORTED;
     if (st == ATTN_OK) st = cp_ring_load_host(R, in->q, in->k, in->v);
     /* One pass first: NCCL connects its peers on the first send, and that memory counts too. */
     if (st == ATTN_OK) st = cp_ring_run(R, p->scale, CP_RUN_ALL);

@@ -32,7 +32,6 @@
 
 #include "cp_kernels.h"
 #include "cuda_check.h"
-#include "stage10.h"
 
 #define CP_NCCL(call)                                                                                \
     do {                                                                                             \
@@ -190,14 +189,13 @@ static attn_status ring_setup(cp_ring *R, int cur) {
     return ATTN_OK;
 }
 
-attn_status cp_ring_create(cp_ring **out, const attn_problem *p, int G, int one_gpu) {
+attn_status cp_ring_create(cp_ring **out, const attn_problem *p, const attn_stage *local, int G, int one_gpu) {
     *out = NULL;
     if (G < 2 || G > ATTN_MAX_GPUS)
         return attn_fail(ATTN_EINVAL, "stage 10: a ring needs 2 to %d ranks (got %d)", ATTN_MAX_GPUS, G);
     int cur = 0;
     ATTN_CUDA(cudaGetDevice(&cur));
-    const attn_stage *local = stage10_local_stage(p);
-    if (!local) return ATTN_EUNSUPPORTED;
+    if (!local) return attn_fail(ATTN_EINVAL, "stage 10: the ring needs a local stage");
     cp_ring *R = calloc(1, sizeof *R);
     if (!R) return attn_fail(ATTN_ENOMEM, "stage 10: cannot allocate the ring");
     R->p = *p;

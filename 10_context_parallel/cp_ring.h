@@ -34,9 +34,10 @@ typedef struct cp_ring cp_ring;
  * overlap hides. */
 enum { CP_RUN_COMPUTE = 1, CP_RUN_COMM = 2, CP_RUN_ALL = 3 };
 
-/* Makes the ring for problem p on G ranks: GPUs 0 .. G-1, or with one_gpu the current GPU G times.
- * Allocates every buffer (padding rows zeroed), picks the local stage, and sets up NCCL. */
-attn_status cp_ring_create(cp_ring **out, const attn_problem *p, int G, int one_gpu);
+/* Makes the ring for problem p on G ranks: GPUs 0 .. G-1, or with one_gpu the current GPU G times,
+ * whose local calls run `local` (stage10_local_stage(p) picks it). Allocates every buffer (padding
+ * rows zeroed) and sets up NCCL. */
+attn_status cp_ring_create(cp_ring **out, const attn_problem *p, const attn_stage *local, int G, int one_gpu);
 /* Waits for the ring's work, frees everything. NULL is fine. */
 void cp_ring_destroy(cp_ring *R);
 

@@ -83,7 +83,9 @@ static attn_status ring_for(const attn_problem *p, int G, int one_gpu, int dev, 
         return ATTN_OK;
     }
     stage10_release();
-    attn_status st = cp_ring_create(&cache.ring, p, G, one_gpu);
+    const attn_stage *local = stage10_local_stage(p);
+    if (!local) return ATTN_EUNSUPPORTED;
+    attn_status st = cp_ring_create(&cache.ring, p, local, G, one_gpu);
     if (st != ATTN_OK) return st;
     cache.p = *p, cache.G = G, cache.one_gpu = one_gpu, cache.dev = dev;
     if (!cache.atexit_done) cache.atexit_done = atexit(stage10_release) == 0;
