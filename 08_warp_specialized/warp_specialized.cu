@@ -40,6 +40,8 @@
  */
 static constexpr int BR = 128, THREADS = 384, CONSUMERS = 256;
 static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+/* Br is 128 at every head dim here (stage 09 varies it) */
+static __host__ __device__ constexpr int br_for(int) { return BR; }
 static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 128; }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
@@ -180,22 +182,4 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     return ATTN_OK;
 }
 
-template <int BF16, int CAUSAL>
-static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
-    switch (D) {
-    case 64: return launch<BF16, 64, CAUSAL>(kp, s);
-    case 128: return launch<BF16, 128, CAUSAL>(kp, s);
-    case 256: return launch<BF16, 256, CAUSAL>(kp, s);
-    }
-    return attn_fail(ATTN_EUNSUPPORTED, "stage 08 supports head dim 64, 128, 256 (got %lld)", (long long)D);
-}
-
-extern "C" attn_status stage08_run(const attn_problem *pr, const attn_args *a) {
-    hop_attn_params kp;
-    attn_status st = hop_attn_setup(&kp, pr, a, BR, bc_for((int)pr->D), "08");
-    if (st != ATTN_OK) return st;
-    const cudaStream_t s = (cudaStream_t)a->stream;
-    if (pr->dtype == ATTN_BF16)
-        return pr->causal ? dispatch_d<1, 1>(pr->D, &kp, s) : dispatch_d<1, 0>(pr->D, &kp, s);
-    return pr->causal ? dispatch_d<0, 1>(pr->D, &kp, s) : dispatch_d<0, 0>(pr->D, &kp, s);
-}
+HOP_STAGE_ENTRY(stage08_run, "08")

@@ -312,22 +312,4 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     return ATTN_OK;
 }
 
-template <int BF16, int CAUSAL>
-static attn_status dispatch_d(int64_t D, const hop_attn_params *kp, cudaStream_t s) {
-    switch (D) {
-    case 64: return launch<BF16, 64, CAUSAL>(kp, s);
-    case 128: return launch<BF16, 128, CAUSAL>(kp, s);
-    case 256: return launch<BF16, 256, CAUSAL>(kp, s);
-    }
-    return attn_fail(ATTN_EUNSUPPORTED, "stage 09 supports head dim 64, 128, 256 (got %lld)", (long long)D);
-}
-
-extern "C" attn_status stage09_run(const attn_problem *pr, const attn_args *a) {
-    hop_attn_params kp;
-    attn_status st = hop_attn_setup(&kp, pr, a, br_for((int)pr->D), bc_for((int)pr->D), "09");
-    if (st != ATTN_OK) return st;
-    const cudaStream_t s = (cudaStream_t)a->stream;
-    if (pr->dtype == ATTN_BF16)
-        return pr->causal ? dispatch_d<1, 1>(pr->D, &kp, s) : dispatch_d<1, 0>(pr->D, &kp, s);
-    return pr->causal ? dispatch_d<0, 1>(pr->D, &kp, s) : dispatch_d<0, 0>(pr->D, &kp, s);
-}
+HOP_STAGE_ENTRY(stage09_run, "09")

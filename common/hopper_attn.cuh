@@ -232,4 +232,29 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
     return wg * 64 + (int)((threadIdx.x >> 5) & 3) * 16 + (int)((threadIdx.x & 31) >> 2);
 }
 
+/* The registry entry each Hopper stage ends with: tensor maps and scale for the problem
+ * (hop_attn_setup, with the stage's Br and Bc for the head dim: its br_for() and bc_for()), then the
+ * stage's own launch<BF16, D, CAUSAL> for the problem's dtype, mask and head dim. One copy here, so
+ * that a stage's file holds only its kernel and how it is launched. */
+#define HOP_STAGE_ENTRY(run_fn, id)                                                                          \
+    template <int BF16, int CAUSAL>                                                                          \
+    static attn_status launch_for_dim(int64_t D, const hop_attn_params *kp, cudaStream_t s) {                \
+        switch (D) {                                                                                         \
+        case 64: return launch<BF16, 64, CAUSAL>(kp, s);                                                     \
+        case 128: return launch<BF16, 128, CAUSAL>(kp, s);                                                   \
+        case 256: return launch<BF16, 256, CAUSAL>(kp, s);                                                   \
+        }                                                                                                    \
+        return attn_fail(ATTN_EUNSUPPORTED, "stage " id " supports head dim 64, 128, 256 (got %lld)",        \
+                         (long long)D);                                                                      \
+    }                                                                                                        \
+    extern "C" attn_status run_fn(const attn_problem *pr, const attn_args *a) {                              \
+        hop_attn_params kp;                                                                                  \
+        attn_status st = hop_attn_setup(&kp, pr, a, br_for((int)pr->D), bc_for((int)pr->D), id);             \
+        if (st != ATTN_OK) return st;                                                                        \
+        const cudaStream_t s = (cudaStream_t)a->stream;                                                      \
+        if (pr->dtype == ATTN_BF16)                                                                          \
+            return pr->causal ? launch_for_dim<1, 1>(pr->D, &kp, s) : launch_for_dim<1, 0>(pr->D, &kp, s);   \
+        return pr->causal ? launch_for_dim<0, 1>(pr->D, &kp, s) : launch_for_dim<0, 0>(pr->D, &kp, s);       \
+    }
+
 #endif
