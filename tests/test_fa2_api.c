@@ -186,12 +186,25 @@ Test(fa2_api, refuses_host_memory) {
 }
 
 /* Issue 15 item 10: an error some earlier call left behind is not fa2_forward's, and stays for its owner. */
+/* Leaves an error in cudaGetLastError() and returns it, or cudaSuccess when no way tried did: whether a
+ * failed call is recorded there is the runtime's business (an impossible cudaMalloc was not, on CUDA 13
+ * with driver 580: the first version of this test failed for that reason, not fa2_forward's). */
+static cudaError_t plant_an_error(void) {
+    void *huge = NULL;
+    cudaError_t e = cudaMalloc(&huge, (size_t)1 << 62);
+    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
+    struct cudaFuncAttributes attr; /* a host function is no kernel: cudaErrorInvalidDeviceFunction */
+    e = cudaFuncGetAttributes(&attr, (const void *)plant_an_error);
+    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
+    e = cudaMemcpy(NULL, NULL, 16, (enum cudaMemcpyKind)99); /* no such copy kind */
+    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
+    return cudaSuccess;
+}
+
 Test(fa2_api, an_earlier_error_is_not_reported_as_its_own) {
     SKIP_WITHOUT_GPU();
-    void *huge = NULL;
-    /* an impossible allocation leaves its error (which one is the runtime's business) behind */
-    const cudaError_t planted = cudaMalloc(&huge, (size_t)1 << 62);
-    cr_assert_neq(planted, cudaSuccess);
+    const cudaError_t planted = plant_an_error();
+    cr_assert_neq(planted, cudaSuccess, "could not leave an error in cudaGetLastError() to test with");
     char why[256] = "";
     cr_assert_eq(forward_and_check(300, 64, 1, 51, why, sizeof why), FA2_OK, "%s", why);
     const cudaError_t left = cudaGetLastError();

@@ -67,6 +67,7 @@ Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
         if (attn_stage_available(s) != ATTN_OK) continue;
+        cr_log_info("stage %s: NaN, +inf and -inf in q, k and v", s->id); /* names the stage that dies */
         for (int which = 0; which < 3; which++)
             for (int t = 0; t < 3; t++) {
                 attn_inputs in;
