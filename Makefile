@@ -104,6 +104,10 @@ $(LIB): $(C_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	@rm -f $@
 	ar rcs $@ $^
+	@# A static library links the first of two same-named functions and drops the other without a word:
+	@# the CPU model's stage06c_run once stood in for road step 06c's and crashed it on device pointers.
+	@dup=$$(nm -g --defined-only $@ 2>/dev/null | awk 'NF == 3 && $$2 ~ /^[TDBR]$$/ { print $$3 }' | sort | uniq -d); \
+	 if [ -n "$$dup" ]; then echo "error: defined twice in $@ (rename one): $$dup" >&2; rm -f $@; exit 1; fi
 ifeq ($(HAVE_CUDA),)
 	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01 and the models 03m-06m)."
 endif

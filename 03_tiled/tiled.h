@@ -10,7 +10,7 @@ extern "C" {
 #endif
 attn_status stage03_run(const attn_problem *p, const attn_args *a);
 /* Stage 03m (tiled_cpu.c): the same algorithm in plain C on the CPU; host pointers. */
-attn_status stage03c_run(const attn_problem *p, const attn_args *a);
+attn_status stage03m_run(const attn_problem *p, const attn_args *a);
 #ifdef __cplusplus
 }
 #endif

@@ -10,7 +10,7 @@ extern "C" {
 #endif
 attn_status stage04_run(const attn_problem *p, const attn_args *a);
 /* Stage 04m (online_softmax_cpu.c): the same algorithm in plain C on the CPU; host pointers. */
-attn_status stage04c_run(const attn_problem *p, const attn_args *a);
+attn_status stage04m_run(const attn_problem *p, const attn_args *a);
 #ifdef __cplusplus
 }
 #endif

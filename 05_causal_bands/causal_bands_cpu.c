@@ -70,7 +70,7 @@ static void stage05c_row_tile(const cpu_tile_params *prm, int qt, cpu_tile_scrat
     cpu_tile_store_o(prm->o, O, l, q0, BR, N, D, prm->dtype);
 }
 
-attn_status stage05c_run(const attn_problem *p, const attn_args *a) {
+attn_status stage05m_run(const attn_problem *p, const attn_args *a) {
     if (p->D != 32 && p->D != 64 && p->D != 128)
         return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports head dim 32, 64, 128 (got %lld)", (long long)p->D);
     if (p->dtype != ATTN_F16)

@@ -100,7 +100,7 @@ static void stage06c_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scra
     }
 }
 
-attn_status stage06c_run(const attn_problem *p, const attn_args *a) {
+attn_status stage06m_run(const attn_problem *p, const attn_args *a) {
     if (p->D != 32 && p->D != 64 && p->D != 96 && p->D != 128 && p->D != 256)
         return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports head dim 32, 64, 96, 128, 256 (got %lld)",
                          (long long)p->D);

@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 /* fp16 and bf16, head dims 32, 64, 96, 128, 256 (stage06_supports_dim); writes LSE. Host pointers. */
-attn_status stage06c_run(const attn_problem *p, const attn_args *a);
+attn_status stage06m_run(const attn_problem *p, const attn_args *a);
 #ifdef __cplusplus
 }
 #endif
