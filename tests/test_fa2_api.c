@@ -120,11 +120,38 @@ Test(fa2_api, last_error_is_per_thread) {
         if (attn_gpu_available() != ATTN_OK) cr_skip_test("needs a GPU: %s", attn_last_error());             \
     } while (0)
 
+/* Leaves an error in cudaGetLastError() and returns it, or cudaSuccess when no way tried did (whether a
+ * failed call is recorded there is the runtime's business, so the test checks before relying on it). */
+static cudaError_t plant_an_error(void) {
+    void *huge = NULL;
+    cudaError_t e = cudaMalloc(&huge, (size_t)1 << 62);
+    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
+    struct cudaFuncAttributes attr; /* a host function is no kernel: cudaErrorInvalidDeviceFunction */
+    e = cudaFuncGetAttributes(&attr, (const void *)plant_an_error);
+    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
+    e = cudaMemcpy(NULL, NULL, 16, (enum cudaMemcpyKind)99); /* no such copy kind */
+    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
+    return cudaSuccess;
+}
+
 /* fa2_forward on fresh random fp16 inputs (B = 2, H = 3) into a poisoned O; when it returns FA2_OK, O
  * and LSE are checked against the double reference on the first and last heads and 64 random rows.
  * Returns fa2_forward's status, or -1 when the result is wrong; `why` says what went wrong. Asserts
  * nothing, so that threads may call it. */
-static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, char *why, size_t cap) {
+typedef struct {
+    cudaError_t planted, left; /* planted just before fa2_forward; what cudaGetLastError() gave just after */
+} error_probe;
+
+/* fa2_forward with B = 2, H = 3, fp16; with a probe, cudaGetLastError() read right after it */
+static int forward_probed(const void *q, const void *k, const void *v, void *o, float *lse, int64_t N, int64_t D,
+                          int causal, float scale, error_probe *probe) {
+    const int rc = fa2_forward(q, k, v, o, lse, 2, 3, N, D, causal, scale, FA2_F16, 0);
+    if (probe) probe->left = cudaGetLastError();
+    return rc;
+}
+
+static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, char *why, size_t cap,
+                             error_probe *probe) {
     attn_problem p = attn_problem_make(2, 3, N, D, causal);
     attn_inputs in;
     if (attn_inputs_random(&in, &p, seed, ATTN_INIT_NORMAL) != ATTN_OK) {
@@ -143,7 +170,9 @@ static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, ch
                cudaMemcpy(k, in.k, bytes, cudaMemcpyHostToDevice) ||
                cudaMemcpy(v, in.v, bytes, cudaMemcpyHostToDevice) || cudaMemset(o, 0xff, bytes)) {
         snprintf(why, cap, "copy failed");
-    } else if ((rc = fa2_forward(q, k, v, o, lse, 2, 3, N, D, causal, p.scale, FA2_F16, 0)) != FA2_OK) {
+    } else if (probe && (probe->planted = plant_an_error()) == cudaSuccess) {
+        snprintf(why, cap, "could not leave an error in cudaGetLastError() to test with");
+    } else if ((rc = forward_probed(q, k, v, o, lse, N, D, causal, p.scale, probe)) != FA2_OK) {
         snprintf(why, cap, "fa2_forward: %s: %s", fa2_status_string((fa2_status)rc), fa2_last_error());
     } else if (cudaDeviceSynchronize() || cudaMemcpy(ho, o, bytes, cudaMemcpyDeviceToHost) ||
                cudaMemcpy(hlse, lse, lse_bytes, cudaMemcpyDeviceToHost)) {
@@ -186,42 +215,27 @@ Test(fa2_api, refuses_host_memory) {
 }
 
 /* Issue 15 item 10: an error some earlier call left behind is not fa2_forward's, and stays for its owner. */
-/* Leaves an error in cudaGetLastError() and returns it, or cudaSuccess when no way tried did: whether a
- * failed call is recorded there is the runtime's business (an impossible cudaMalloc was not, on CUDA 13
- * with driver 580: the first version of this test failed for that reason, not fa2_forward's). */
-static cudaError_t plant_an_error(void) {
-    void *huge = NULL;
-    cudaError_t e = cudaMalloc(&huge, (size_t)1 << 62);
-    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
-    struct cudaFuncAttributes attr; /* a host function is no kernel: cudaErrorInvalidDeviceFunction */
-    e = cudaFuncGetAttributes(&attr, (const void *)plant_an_error);
-    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
-    e = cudaMemcpy(NULL, NULL, 16, (enum cudaMemcpyKind)99); /* no such copy kind */
-    if (e != cudaSuccess && cudaPeekAtLastError() == e) return e;
-    return cudaSuccess;
-}
-
 Test(fa2_api, an_earlier_error_is_not_reported_as_its_own) {
     SKIP_WITHOUT_GPU();
-    const cudaError_t planted = plant_an_error();
-    cr_assert_neq(planted, cudaSuccess, "could not leave an error in cudaGetLastError() to test with");
+    /* planted after the test's own allocations and copies and read back right after fa2_forward, so
+     * that only fa2_forward's calls lie between the two */
+    error_probe probe = {cudaSuccess, cudaSuccess};
     char why[256] = "";
-    cr_assert_eq(forward_and_check(300, 64, 1, 51, why, sizeof why), FA2_OK, "%s", why);
-    const cudaError_t left = cudaGetLastError();
-    cr_assert_eq(left, planted,
+    cr_assert_eq(forward_and_check(300, 64, 1, 51, why, sizeof why, &probe), FA2_OK, "%s", why);
+    cr_assert_eq(probe.left, probe.planted,
                  "the earlier error was consumed: cudaGetLastError() gave %s, the planted one was %s",
-                 cudaGetErrorName(left), cudaGetErrorName(planted));
+                 cudaGetErrorName(probe.left), cudaGetErrorName(probe.planted));
 }
 
 /* Issue 15 item 9: the shared-memory opt-in (D = 64: 81 KB) is redone after a device reset. */
 Test(fa2_api, works_after_cuda_device_reset) {
     SKIP_WITHOUT_GPU();
     char why[256] = "";
-    cr_assert_eq(forward_and_check(300, 64, 1, 52, why, sizeof why), FA2_OK, "%s", why);
+    cr_assert_eq(forward_and_check(300, 64, 1, 52, why, sizeof why, NULL), FA2_OK, "%s", why);
     cr_assert_eq(cudaDeviceReset(), cudaSuccess);
-    cr_assert_eq(forward_and_check(300, 64, 1, 53, why, sizeof why), FA2_OK, "after cudaDeviceReset: %s",
+    cr_assert_eq(forward_and_check(300, 64, 1, 53, why, sizeof why, NULL), FA2_OK, "after cudaDeviceReset: %s",
                  why);
-    cr_assert_eq(forward_and_check(200, 128, 0, 54, why, sizeof why), FA2_OK, "after cudaDeviceReset: %s",
+    cr_assert_eq(forward_and_check(200, 128, 0, 54, why, sizeof why, NULL), FA2_OK, "after cudaDeviceReset: %s",
                  why);
 }
 
@@ -235,7 +249,7 @@ typedef struct {
 static void *forward_in_thread(void *arg) {
     forward_job *j = arg;
     j->rc = forward_and_check(j->N, j->D, j->causal, 60 + (uint64_t)j->D + (uint64_t)j->causal, j->why,
-                              sizeof j->why);
+                              sizeof j->why, NULL);
     return NULL;
 }
 

@@ -99,7 +99,10 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
         attn_run_opts opt = attn_run_opts_default();
         opt.warmup = 0, opt.repeat = 1;
         attn_result r;
-        cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+        /* 20 runs first: what the driver sets up once (lazily loaded kernels, its own pools) is not a
+         * leak; on the H200 one such set-up (192 KiB, stage 03) landed after a single warm-up run */
+        for (int run = 0; run < 20; run++)
+            cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
         size_t free0, free1, total;
         cr_assert_eq(attn_gpu_mem_info(&free0, &total), ATTN_OK);
         for (int run = 0; run < 1000; run++)
