@@ -10,7 +10,8 @@
 #                                     every GPU stage (on the GPU machine), SANITIZE_JOBS in parallel;
 #                                     logs in build/sanitize/<tool>-<stage>-d<D>/
 #                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ...",
-#                                     SANITIZE_DIMS="64 128" and SANITIZE_SEQS="1 17" narrow it;
+#                                     SANITIZE_DIMS="64 128", SANITIZE_SEQS="1 17" and
+#                                     SANITIZE_DTYPES="fp16" narrow it;
 #                                     SANITIZE_QUICK=1: D = 64 and the smallest)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
 

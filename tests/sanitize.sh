@@ -3,7 +3,8 @@
 #
 #   sanitize.sh compute ATTN     compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over
 #                                every GPU stage that ATTN --list-ids gpu names, at each head dim
-#                                ATTN --list-dims S names, N in {1, 17, 129, 1000}, causal and not.
+#                                ATTN --list-dims S names, N in {1, 17, 129, 1000}, causal and not,
+#                                fp16 and (where --list shows the stage takes it) bf16.
 #                                SANITIZE_QUICK=1: N in {17, 1000}, D in {64, the smallest}.
 #                                SANITIZE_TOOLS / SANITIZE_STAGES / SANITIZE_DIMS / SANITIZE_SEQS
 #                                (space-separated) narrow the set.
@@ -109,12 +110,17 @@ run_compute() {
         for s in $stages; do
             local dims
             dims=$(stage_dims "$s") || exit 2
-            local log=$out/$t-$s.log runs=0 errs=0 failed=0 n d c
+            local log=$out/$t-$s.log runs=0 errs=0 failed=0 n d c dt
+            # bf16 too where the stage takes it (its own conversions and packing): --list's dtype column
+            local dtypes=fp16
+            "$attn" --list | awk -v s="$s" '$1 == s' | grep -q 'fp16,bf16' && dtypes="fp16 bf16"
+            [ -n "${SANITIZE_DTYPES:-}" ] && dtypes=$SANITIZE_DTYPES
             : >"$log"
             for n in $seqs; do
                 for d in $dims; do
                     for c in "" --causal; do
-                        local cmd="$cs --tool $t $opts --error-exitcode 1 $attn --stage $s --batch 2 --heads 3 --seq $n --dim $d $c --repeat 1 --warmup 0 --check"
+                      for dt in $dtypes; do
+                        local cmd="$cs --tool $t $opts --error-exitcode 1 $attn --stage $s --batch 2 --heads 3 --seq $n --dim $d $c --dtype $dt --repeat 1 --warmup 0 --check"
                         local part=$out/.run.log
                         echo "### $cmd" >>"$log"
                         local t0=$SECONDS
@@ -132,14 +138,15 @@ run_compute() {
                         e=${e:-0}
                         errs=$((errs + e))
                         if [ "$e" -gt 0 ]; then
-                            echo "  $t stage $s N=$n D=$d ${c:-non-causal}: $e errors (see $log)"
+                            echo "  $t stage $s N=$n D=$d ${c:-non-causal} $dt: $e errors (see $log)"
                         elif [ "$rc" -ne 0 ]; then
                             failed=$((failed + 1))
                             local why
                             why=$(grep -v '^=========' "$part" | grep -m 1 -iE 'error|fail|attn:' || true)
                             [ "$rc" = 124 ] && why="timed out after ${limit}s"
-                            echo "  $t stage $s N=$n D=$d ${c:-non-causal}: exit status $rc: ${why:-see $log}"
+                            echo "  $t stage $s N=$n D=$d ${c:-non-causal} $dt: exit status $rc: ${why:-see $log}"
                         fi
+                      done
                     done
                 done
             done
