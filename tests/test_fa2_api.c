@@ -143,8 +143,8 @@ typedef struct {
 } error_probe;
 
 /* fa2_forward with B = 2, H = 3, fp16; with a probe, cudaGetLastError() read right after it */
-static int forward_probed(const void *q, const void *k, const void *v, void *o, float *lse, int64_t N, int64_t D,
-                          int causal, float scale, error_probe *probe) {
+static int forward_probed(const void *q, const void *k, const void *v, void *o, float *lse, int64_t N,
+                          int64_t D, int causal, float scale, error_probe *probe) {
     const int rc = fa2_forward(q, k, v, o, lse, 2, 3, N, D, causal, scale, FA2_F16, 0);
     if (probe) probe->left = cudaGetLastError();
     return rc;
@@ -233,10 +233,10 @@ Test(fa2_api, works_after_cuda_device_reset) {
     char why[256] = "";
     cr_assert_eq(forward_and_check(300, 64, 1, 52, why, sizeof why, NULL), FA2_OK, "%s", why);
     cr_assert_eq(cudaDeviceReset(), cudaSuccess);
-    cr_assert_eq(forward_and_check(300, 64, 1, 53, why, sizeof why, NULL), FA2_OK, "after cudaDeviceReset: %s",
-                 why);
-    cr_assert_eq(forward_and_check(200, 128, 0, 54, why, sizeof why, NULL), FA2_OK, "after cudaDeviceReset: %s",
-                 why);
+    cr_assert_eq(forward_and_check(300, 64, 1, 53, why, sizeof why, NULL), FA2_OK,
+                 "after cudaDeviceReset: %s", why);
+    cr_assert_eq(forward_and_check(200, 128, 0, 54, why, sizeof why, NULL), FA2_OK,
+                 "after cudaDeviceReset: %s", why);
 }
 
 /* Issue 15 item 9: first calls (each configuring its kernel) from 8 threads at once. */
