@@ -81,8 +81,9 @@ ParameterizedTest(stage_case *c, stages, match_reference, .timeout = 600) {
     p.dtype = (attn_dtype)c->dtype;
     attn_inputs in;
     /* fresh inputs for every case: the seed mixes the whole case */
-    const uint64_t seed = 0x5eedull + (uint64_t)(((c->stage * 4099 + c->N) * 263 + c->D) * 4 +
-                                                 c->causal * 2 + c->dtype) * 8 + (uint64_t)c->init;
+    const uint64_t seed =
+        0x5eedull + (uint64_t)(((c->stage * 4099 + c->N) * 263 + c->D) * 4 + c->causal * 2 + c->dtype) * 8 +
+        (uint64_t)c->init;
     cr_assert_eq(attn_inputs_random(&in, &p, seed, (attn_init)c->init), ATTN_OK, "%s", attn_last_error());
     attn_run_opts opt = attn_run_opts_default();
     opt.warmup = 0;
@@ -108,8 +109,8 @@ ParameterizedTest(stage_case *c, stages, match_reference, .timeout = 600) {
               (long long)k->worst_d, k->worst_got, k->worst_want, k->worst_tol, k->worst_ratio,
               k->max_lse_err, k->lse_worst_ratio, (long long)k->nonfinite);
     cr_assert_eq(k->lse_checked, s->writes_lse);
-    cr_assert_eq(r.identical, 1, "stage %s N=%d D=%d causal=%d: a second run is not bit-identical",
-                 s->id, c->N, c->D, c->causal);
+    cr_assert_eq(r.identical, 1, "stage %s N=%d D=%d causal=%d: a second run is not bit-identical", s->id,
+                 c->N, c->D, c->causal);
     attn_inputs_free(&in);
 }
 
@@ -145,8 +146,8 @@ Test(registry, naive_gpu_refuses_scores_that_do_not_fit) {
     attn_run_opts opt = attn_run_opts_default();
     attn_result r;
     cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_ENOMEM);
-    cr_assert(strstr(attn_last_error(), "stage 02 needs 6144.00 GiB for the N x N scores"),
-              "message: %s", attn_last_error());
+    cr_assert(strstr(attn_last_error(), "stage 02 needs 6144.00 GiB for the N x N scores"), "message: %s",
+              attn_last_error());
     cr_assert(strstr(attn_last_error(), "GiB free"), "message: %s", attn_last_error());
     attn_inputs_free(&in);
 }
@@ -176,4 +177,17 @@ Test(registry, find_stage_by_id_name_number_and_folder) {
     cr_assert_null(attn_find_stage("99"));
     cr_assert_null(attn_find_stage(""));
     cr_assert_null(attn_find_stage("-3"));
+}
+
+/* Each stage runs its own code: no two registry entries share an entry point. Road step 06c once
+ * shipped calling the CPU model's function (both were named stage06c_run; the static library kept
+ * one) and crashed on the GPU, while every CPU-only check passed. In a CUDA build this catches it
+ * without a GPU; the library build also refuses a function defined twice. */
+Test(registry, every_stage_has_its_own_entry_point) {
+    for (int i = 0; i < attn_num_stages; i++)
+        for (int j = i + 1; j < attn_num_stages; j++)
+            if (attn_stages[i].run && attn_stages[j].run)
+                cr_assert_neq((void *)attn_stages[i].run, (void *)attn_stages[j].run,
+                              "stages %s and %s call the same function", attn_stages[i].id,
+                              attn_stages[j].id);
 }
