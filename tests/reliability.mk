@@ -11,7 +11,8 @@
 #                                     logs in build/sanitize/<tool>-<stage>-d<D>/
 #                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ...",
 #                                     SANITIZE_DIMS="64 128", SANITIZE_SEQS="1 17" and
-#                                     SANITIZE_DTYPES="fp16" narrow it;
+#                                     SANITIZE_DTYPES="fp16" narrow it; SANITIZE_OUT=dir keeps
+#                                     two runs apart, e.g. one stage set per GPU;
 #                                     SANITIZE_QUICK=1: D = 64 and the smallest)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
 
@@ -61,23 +62,25 @@ check-asan:
 
 # ---- compute-sanitizer over the GPU stages ---------------------------------------------------
 # One compute-sanitizer process per (tool, stage, D) triple, SANITIZE_JOBS at a time (each is mostly
-# CPU: the sanitizer instruments the kernels; the shapes are small; the full set is 4 tools x 22
-# (stage, D) pairs = 88 processes), then one table per (tool, stage).
+# CPU: the sanitizer instruments the kernels; the shapes are small; the full set is 4 tools x 46
+# (stage, D) pairs = 184 processes with stage 10 built), then one table per (tool, stage).
+# SANITIZE_OUT: its own folder lets two runs (two GPUs, two stage sets) go side by side.
+SANITIZE_OUT ?= $(BUILD)/sanitize
 SANITIZE_JOBS ?= $(shell nproc 2>/dev/null || echo 4)
 
 sanitize: $(ATTN)
-	@rm -rf $(BUILD)/sanitize && mkdir -p $(BUILD)/sanitize
-	@bash tests/sanitize.sh plan $(ATTN) >$(BUILD)/sanitize/plan.txt || exit 2; \
-	 echo "sanitize: $$(wc -l <$(BUILD)/sanitize/plan.txt) (tool, stage, D) processes, $(SANITIZE_JOBS) at a time"; \
+	@rm -rf $(SANITIZE_OUT) && mkdir -p $(SANITIZE_OUT)
+	@bash tests/sanitize.sh plan $(ATTN) >$(SANITIZE_OUT)/plan.txt || exit 2; \
+	 echo "sanitize: $$(wc -l <$(SANITIZE_OUT)/plan.txt) (tool, stage, D) processes, $(SANITIZE_JOBS) at a time"; \
 	 xargs -P $(SANITIZE_JOBS) -L 1 sh -c 'HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) \
-	   SANITIZE_DIR=$(BUILD)/sanitize/$$0-$$1-d$$2 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 SANITIZE_DIMS=$$2 \
-	   bash tests/sanitize.sh compute $(ATTN) >$(BUILD)/sanitize/$$0-$$1-d$$2.out 2>&1' \
-	   <$(BUILD)/sanitize/plan.txt || true
-	@ls $(BUILD)/sanitize/*/summary.txt >/dev/null 2>&1 || { echo "sanitize: no run finished:"; \
-	 cat $(BUILD)/sanitize/*.out | sort -u | head -n 5; exit 1; }
-	@grep -h '^  ' $(BUILD)/sanitize/*.out || true
-	@cat $(BUILD)/sanitize/*/summary.txt | grep -v '^tool' | sort -k1,1 -k2,2 -k3,3n | \
-	 awk -v planned=$$(wc -l <$(BUILD)/sanitize/plan.txt) ' \
+	   SANITIZE_DIR=$(SANITIZE_OUT)/$$0-$$1-d$$2 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 SANITIZE_DIMS=$$2 \
+	   bash tests/sanitize.sh compute $(ATTN) >$(SANITIZE_OUT)/$$0-$$1-d$$2.out 2>&1' \
+	   <$(SANITIZE_OUT)/plan.txt || true
+	@ls $(SANITIZE_OUT)/*/summary.txt >/dev/null 2>&1 || { echo "sanitize: no run finished:"; \
+	 cat $(SANITIZE_OUT)/*.out | sort -u | head -n 5; exit 1; }
+	@grep -h '^  ' $(SANITIZE_OUT)/*.out || true
+	@cat $(SANITIZE_OUT)/*/summary.txt | grep -v '^tool' | sort -k1,1 -k2,2 -k3,3n | \
+	 awk -v planned=$$(wc -l <$(SANITIZE_OUT)/plan.txt) ' \
 	   { k = $$1 " " $$2; if (!(k in r)) { keys[++n] = k; d[k] = $$3 } else d[k] = d[k] "," $$3; \
 	     r[k] += $$4; e[k] += $$5; f[k] += $$6; R += $$4; E += $$5; F += $$6; done_++ } \
 	   END { printf "%-10s %-6s %-22s %5s %7s %7s\n", "tool", "stage", "D", "runs", "errors", "failed"; \
@@ -85,7 +88,7 @@ sanitize: $(ATTN)
 	           printf "%-10s %-6s %-22s %5d %7d %7d\n", kk[1], kk[2], d[keys[i]], r[keys[i]], e[keys[i]], f[keys[i]] } \
 	         printf "sanitize: %d of %d processes finished, %d runs, %d errors, %d failed runs\n", done_, planned, R, E, F; \
 	         exit (done_ < planned || E > 0 || F > 0) }' \
-	 || { echo "logs: $(BUILD)/sanitize/<tool>-<stage>-d<D>/"; exit 1; }
+	 || { echo "logs: $(SANITIZE_OUT)/<tool>-<stage>-d<D>/"; exit 1; }
 
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)
