@@ -134,10 +134,6 @@ static cudaError_t plant_an_error(void) {
     return cudaSuccess;
 }
 
-/* fa2_forward on fresh random fp16 inputs (B = 2, H = 3) into a poisoned O; when it returns FA2_OK, O
- * and LSE are checked against the double reference on the first and last heads and 64 random rows.
- * Returns fa2_forward's status, or -1 when the result is wrong; `why` says what went wrong. Asserts
- * nothing, so that threads may call it. */
 typedef struct {
     cudaError_t planted, left; /* planted just before fa2_forward; what cudaGetLastError() gave just after */
 } error_probe;
@@ -150,6 +146,10 @@ static int forward_probed(const void *q, const void *k, const void *v, void *o, 
     return rc;
 }
 
+/* fa2_forward on fresh random fp16 inputs (B = 2, H = 3) into a poisoned O; when it returns FA2_OK, O
+ * and LSE are checked against the double reference on the first and last heads and 64 random rows.
+ * Returns fa2_forward's status, or -1 when the result is wrong; `why` says what went wrong. Asserts
+ * nothing, so that threads may call it. */
 static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, char *why, size_t cap,
                              error_probe *probe) {
     attn_problem p = attn_problem_make(2, 3, N, D, causal);
