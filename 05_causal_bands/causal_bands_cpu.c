@@ -71,9 +71,7 @@ static void stage05c_row_tile(const cpu_tile_params *prm, int qt, cpu_tile_scrat
 }
 
 attn_status stage05m_run(const attn_problem *p, const attn_args *a) {
-    if (p->D != 32 && p->D != 64 && p->D != 128)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports head dim 32, 64, 128 (got %lld)", (long long)p->D);
-    if (p->dtype != ATTN_F16)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports dtype fp16 (got %s)", attn_dtype_name(p->dtype));
+    const attn_status st = cpu_tiles_check_f16_d32_to_128(ID, p);
+    if (st != ATTN_OK) return st;
     return cpu_tiles_run(ID, p, a, BR, BC, stage05c_row_tile);
 }

@@ -187,6 +187,17 @@ static inline int cpu_tile_scratch_alloc(cpu_tile_scratch *w, int Br, int Bc, in
     return w->Qs && w->Kt && w->Vs && w->S && w->O && w->m && w->l;
 }
 
+/* The models of stages 03-05 take what their kernels take: fp16, head dim 32, 64 or 128. */
+static inline attn_status cpu_tiles_check_f16_d32_to_128(const char *stage, const attn_problem *p) {
+    if (p->D != 32 && p->D != 64 && p->D != 128)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim 32, 64, 128 (got %lld)", stage,
+                         (long long)p->D);
+    if (p->dtype != ATTN_F16)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports dtype fp16 (got %s)", stage,
+                         attn_dtype_name(p->dtype));
+    return ATTN_OK;
+}
+
 /* Runs row_tile on every (b, h, row tile) block, in parallel over the blocks. `stage` is "03m" etc.
  * The caller has checked D and the dtype. */
 static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p, const attn_args *a, int Br,
