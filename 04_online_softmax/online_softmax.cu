@@ -80,11 +80,11 @@ __global__ void __launch_bounds__(TILE_THREADS, 2) stage04_kernel(tile_params pr
              * hence the same alpha: each can rescale its own share of l and its own columns of O. */
             const float m_new = fmaxf(m[r], tile_row_max(s[r]));
             const float m_sub = m_new == -INFINITY ? 0.0f : m_new; /* no -inf - (-inf) */
-            const float alpha = tile_exp2(m[r] - m_sub);
+            const float alpha = fast_exp2(m[r] - m_sub);
             float rowsum = 0.0f;
 #pragma unroll
             for (int c = 0; c < TILE_KEYS; c++) {
-                s[r][c] = tile_exp2(s[r][c] - m_sub);
+                s[r][c] = fast_exp2(s[r][c] - m_sub);
                 rowsum += s[r][c];
             }
 #pragma unroll

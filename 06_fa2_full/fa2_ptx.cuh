@@ -5,14 +5,15 @@
  *   cp.async.cg        16 bytes global -> shared, no registers, L1 bypassed; src-size 0 writes zeros
  *   ldmatrix .x4       four 8x8 16-bit matrices from shared memory into the mma fragment layout
  *   mma.m16n8k16       D (16x8 fp32) += A (16x16) B (16x8), fp16 or bf16 in: 4096 flops per warp
- *   cvt.rn.f16x2/bf16x2, ex2.approx, ld/st.shared.v4
+ *   ld/st.shared.v4 (cvt.rn.f16x2/bf16x2 and ex2.approx are common/fast_math.cuh, shared with 04-09)
  */
 #ifndef FA2_PTX_CUH
 #define FA2_PTX_CUH
 
 #include <stdint.h>
 
-#include "fa2.h" /* FA2_F16, FA2_BF16: the DTYPE template parameter */
+#include "fa2.h"         /* FA2_F16, FA2_BF16: the DTYPE template parameter */
+#include "fast_math.cuh" /* fast_exp2, pack_16x2<DTYPE> (FA2_BF16 = 1) */
 
 static __device__ __forceinline__ uint32_t fa2_smem_address(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -84,23 +85,6 @@ static __device__ __forceinline__ void fa2_mma_16x8x16(float c[4], const uint32_
             "{%8, %9}, {%0, %1, %2, %3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Two floats -> one register of two 16-bit values, lo in bits 0..15 (the lower column index). */
-template <int DTYPE> static __device__ __forceinline__ uint32_t fa2_pack(float lo, float hi) {
-    uint32_t r;
-    if (DTYPE == FA2_F16)
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    else
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-/* 2^x on the special-function unit; 2^-inf = +0. */
-static __device__ __forceinline__ float fa2_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 #endif

@@ -124,7 +124,7 @@ template <int DTYPE> __global__ void fa2_repack_probe(const uint16_t *src, int u
     fa2_probe_scores<DTYPE>(c, smem);
     uint32_t p[2][2], a[4], b[4];
     for (int nt = 0; nt < 2; ++nt)
-        for (int h = 0; h < 2; ++h) p[nt][h] = fa2_pack<DTYPE>(c[nt][2 * h], c[nt][2 * h + 1]);
+        for (int h = 0; h < 2; ++h) p[nt][h] = pack_16x2<DTYPE>(c[nt][2 * h], c[nt][2 * h + 1]);
     fa2_p_as_a_operand(a, p, 0);
     fa2_ldmatrix_x4(b, smem + 1024 + fa2_lane_offset_k<2, 0>(threadIdx.x & 31));
     float o[2][4];

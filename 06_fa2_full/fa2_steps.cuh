@@ -313,11 +313,11 @@ static __device__ __forceinline__ float fa2_exponentiate_row(float (*s_mi)[4], u
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = fa2_exp2(fmaf(s_mi[nt][2 * h], scale_log2, -m_scaled));
-        const float p1 = fa2_exp2(fmaf(s_mi[nt][2 * h + 1], scale_log2, -m_scaled));
+        const float p0 = fast_exp2(fmaf(s_mi[nt][2 * h], scale_log2, -m_scaled));
+        const float p1 = fast_exp2(fmaf(s_mi[nt][2 * h + 1], scale_log2, -m_scaled));
         sum0 += p0;
         sum1 += p1;
-        p_mi[nt][h] = fa2_pack<DTYPE>(p0, p1);
+        p_mi[nt][h] = pack_16x2<DTYPE>(p0, p1);
     }
     return sum0 + sum1;
 }
@@ -353,7 +353,7 @@ fa2_online_softmax(const fa2_params *p, const fa2_block *blk, float (*s)[fa2_tra
              * becomes -inf - (-inf) = NaN; its p are all 0 anyway. alpha = 2^(m_old - m_new) in base-2
              * units; m_old = -inf gives 2^-inf = 0 (O and l are 0). */
             const float m_scaled = (mx == -INFINITY ? 0.f : mx) * scale_log2;
-            const float alpha = fa2_exp2(fmaf(m[mi][h], scale_log2, -m_scaled));
+            const float alpha = fast_exp2(fmaf(m[mi][h], scale_log2, -m_scaled));
             m[mi][h] = mx;
             const float rowsum =
                 fa2_exponentiate_row<DTYPE, T.bcs / 8>(s[mi], p_frag[mi], h, scale_log2, m_scaled);
@@ -465,7 +465,7 @@ static __device__ __forceinline__ void fa2_store_o(const fa2_params *p, const fa
             for (int dt = 0; dt < D / 8; ++dt)
                 fa2_st_shared_4(
                     fa2_at_chunk<T.swizzle>(o_st, dt) + (uint32_t)((mi * 16 + 8 * h) * T.row_bytes),
-                    fa2_pack<DTYPE>(o[mi][dt][2 * h] * inv_l[mi][h], o[mi][dt][2 * h + 1] * inv_l[mi][h]));
+                    pack_16x2<DTYPE>(o[mi][dt][2 * h] * inv_l[mi][h], o[mi][dt][2 * h + 1] * inv_l[mi][h]));
     __syncwarp();
 
     const int cc = lane % CHUNKS, row0 = warp * T.slices * 16 + lane / CHUNKS;

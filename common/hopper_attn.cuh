@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "fast_math.cuh"
 #include "hopper.cuh"
 #include "hopper_host.h"
 
@@ -116,22 +117,6 @@ static __device__ __forceinline__ void hop_mask(float (&s)[BC / 2], int key0, in
     }
 }
 
-/* Two floats -> one register of two 16-bit values, lo in bits 0..15 */
-template <int BF16> static __device__ __forceinline__ uint32_t hop_pack(float lo, float hi) {
-    uint32_t r;
-    if (BF16)
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    else
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-/* 2^x on the special-function unit; 2^-inf = +0 */
-static __device__ __forceinline__ float hop_ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* The running state of the warpgroup's 64 rows: O, and per thread's two rows m (raw scores) and l
  * (a per-lane partial sum: alpha is the same across the quad, so the quad's sum is taken once, at
  * the end). */
@@ -164,14 +149,14 @@ static __device__ __forceinline__ void hop_online_softmax(float (&s)[BC / 2], fl
         /* a row with no visible key yet has mx = -inf: subtract 0 instead, so -inf - -inf never makes a
          * NaN (its P are all 0 anyway); m_old = -inf gives alpha = 2^-inf = 0 */
         const float m_scaled = (mx == -INFINITY ? 0.f : mx) * sl2;
-        alpha[h] = hop_ex2(fmaf(m[h], sl2, -m_scaled));
+        alpha[h] = fast_exp2(fmaf(m[h], sl2, -m_scaled));
         m[h] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int c = 0; c < BC / 8; ++c)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                s[4 * c + 2 * h + e] = hop_ex2(fmaf(s[4 * c + 2 * h + e], sl2, -m_scaled));
+                s[4 * c + 2 * h + e] = fast_exp2(fmaf(s[4 * c + 2 * h + e], sl2, -m_scaled));
                 sum += s[4 * c + 2 * h + e];
             }
         l[h] = l[h] * alpha[h] + sum;
@@ -187,7 +172,7 @@ static __device__ __forceinline__ void hop_pack_p(const float (&s)[BC / 2], uint
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) p[kk][r] = hop_pack<BF16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        for (int r = 0; r < 4; ++r) p[kk][r] = pack_16x2<BF16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
 /* O *= alpha, row by row */
@@ -221,7 +206,7 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
 #pragma unroll
         for (int c = 0; c < D / 8; ++c)
             *(uint32_t *)(out + 8 * c) =
-                hop_pack<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
+                pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
         if (t == 0)
             p->lse[bh * p->n + row] = l > 0.f ? r->m[h] * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
     }

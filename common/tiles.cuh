@@ -46,6 +46,7 @@
 
 #include "attn.h"
 #include "cuda_check.h"
+#include "fast_math.cuh" /* fast_exp2, for stages 04 and 05 */
 #include "stage.h"
 
 #define TILE_BR 64      /* Br: query rows per block (the Q tile stays on chip for the whole kernel) */
@@ -302,15 +303,6 @@ static __device__ __forceinline__ void tile_store_o(__half *o_head, const float 
             }
         }
     }
-}
-
-/* 2^x in one instruction (ex2.approx, MUFU.EX2), for the stages that fold log2(e) into the scale.
- * Flushes results below 2^-126 to 0, which for probabilities <= 1 only drops terms that fp16 could
- * not show anyway; 2^(-inf) = 0. */
-static __device__ __forceinline__ float tile_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 /* ---- host side --------------------------------------------------------------------------------- */
