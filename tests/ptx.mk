@@ -4,9 +4,12 @@
 #   make check-ptx    (GPU machine) builds into build/ptx with stages 02-05 as compute_70 (CUDA 12) or
 #                     compute_75 (CUDA 13) PTX alone, no machine code at all, so the driver must
 #                     JIT-compile exactly the PTX that the V100/T4 build carries; then runs the whole
-#                     test suite on that build, and asks stage 06 to run as if on such a GPU
-#                     (ATTN_FAKE_SM), which must refuse with "needs sm_80". Other folders get
-#                     PTX_OTHER_ARCH (default sm_90, the H100/H200: one target keeps the build short).
+#                     test suite on that build with the stage-by-stage tests narrowed to 02-05
+#                     (ATTN_TEST_STAGES, tests/test_util.h: the other stages are the ordinary build's
+#                     code, which `make check` covers; all of them would not fit one 10-minute device
+#                     call), and asks stage 06 to run as if on such a GPU (ATTN_FAKE_SM), which must
+#                     refuse with "needs sm_80". Other folders get PTX_OTHER_ARCH (default sm_90, the
+#                     H100/H200: one target keeps the build short). ATTN_TEST_STAGES= (empty) runs all.
 #
 # Why not CUDA_FORCE_PTX_JIT=1 on the ordinary build: it makes the driver JIT every kernel from the
 # newest PTX it carries, which for stages 02-05 is the compute_90 PTX of the default build, not the
@@ -44,7 +47,7 @@ check-ptx:
 	 echo "  exit $$rc: $$out"; \
 	 [ $$rc -eq 1 ] && echo "$$out" | grep -q "needs sm_80" || \
 	   { echo "check-ptx: FAIL: want exit 1 and 'needs sm_80'" >&2; exit 1; }
-	@echo "== the test suite on that build (the driver JIT-compiles the PTX of 02-05 at first use)"
-	+@$(PTX_MAKE) WORKSHOP=0 check
+	@echo "== the test suite on that build (the driver JIT-compiles the PTX of 02-05 at first use), stage tests for $${ATTN_TEST_STAGES-02,03,04,05}"
+	+@ATTN_TEST_STAGES=$${ATTN_TEST_STAGES-02,03,04,05} $(PTX_MAKE) WORKSHOP=0 check
 	@echo "check-ptx: PASS: stages 02-05 ran from compute_$(ATTN_SM_FLOOR) PTX; stage 06 refused sm_$(ATTN_SM_FLOOR)"
 endif

@@ -21,9 +21,12 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
     cr_assert_eq(attn_inputs_random(&in, p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        if (!s->on_gpu || attn_stage_available(s) != ATTN_OK || attn_stage_supports(s, p) != ATTN_OK) continue;
+        if (!s->on_gpu || !test_wants_stage(s->id) || attn_stage_available(s) != ATTN_OK ||
+            attn_stage_supports(s, p) != ATTN_OK)
+            continue;
         attn_run_opts opt = attn_run_opts_default();
-        opt.warmup = 0, opt.repeat = 1, opt.check = 1, opt.full_heads = full_heads, opt.check_rows = extra_rows;
+        opt.warmup = 0, opt.repeat = 1, opt.check = 1, opt.full_heads = full_heads,
+        opt.check_rows = extra_rows;
         attn_result r;
         attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
         if (st == ATTN_ENOMEM || st == ATTN_EUNSUPPORTED) { /* memory, or shared memory on an old GPU */
@@ -31,9 +34,11 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
             continue;
         }
         cr_assert_eq(st, ATTN_OK, "stage %s: %s", s->id, attn_last_error());
-        cr_assert(r.chk.pass, "stage %s B=%lld H=%lld N=%lld D=%lld: worst ratio %g at [%lld,%lld,%lld,%lld], "
-                  "non-finite %lld", s->id, (long long)p->B, (long long)p->H, (long long)p->N,
-                  (long long)p->D, r.chk.worst_ratio, (long long)r.chk.worst_b, (long long)r.chk.worst_h,
+        cr_assert(r.chk.pass,
+                  "stage %s B=%lld H=%lld N=%lld D=%lld: worst ratio %g at [%lld,%lld,%lld,%lld], "
+                  "non-finite %lld",
+                  s->id, (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D,
+                  r.chk.worst_ratio, (long long)r.chk.worst_b, (long long)r.chk.worst_h,
                   (long long)r.chk.worst_n, (long long)r.chk.worst_d, (long long)r.chk.nonfinite);
         cr_log_info("stage %s at B=%lld H=%lld N=%lld D=%lld: %.3f ms, %lld rows checked, PASS", s->id,
                     (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D, r.ms_median,
@@ -81,8 +86,8 @@ Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
                 opt.warmup = 0, opt.repeat = 1;
                 attn_result r;
                 attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
-                cr_assert_eq(st, ATTN_OK, "stage %s with %s in %c: %s", s->id,
-                             which == 0 ? "NaN" : "inf", "qkv"[t], attn_last_error());
+                cr_assert_eq(st, ATTN_OK, "stage %s with %s in %c: %s", s->id, which == 0 ? "NaN" : "inf",
+                             "qkv"[t], attn_last_error());
                 attn_inputs_free(&in);
             }
     }
@@ -113,7 +118,8 @@ static void leak_is_seen(size_t bytes) {
     cr_assert_eq(attn_gpu_mem_info(&free1, &total), ATTN_OK);
     for (int i = 0; i < RUNS; i++) cudaFree(leaked[i]);
     cr_assert_gt(bytes_lost(free0, free1), LEAK_BOUND_BYTES,
-                 "a leak of %zu bytes per run went unseen: %zu bytes free before, %zu after", bytes, free0, free1);
+                 "a leak of %zu bytes per run went unseen: %zu bytes free before, %zu after", bytes, free0,
+                 free1);
 }
 #endif
 
@@ -124,7 +130,8 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
     cr_assert_eq(attn_inputs_random(&in, &p, 40, ATTN_INIT_NORMAL), ATTN_OK);
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        if (!s->on_gpu || !s->run || attn_stage_supports(s, &p) != ATTN_OK) continue;
+        if (!s->on_gpu || !s->run || !test_wants_stage(s->id) || attn_stage_supports(s, &p) != ATTN_OK)
+            continue;
         attn_run_opts opt = attn_run_opts_default();
         opt.warmup = 0, opt.repeat = 1;
         attn_result r;
@@ -134,11 +141,12 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
         size_t free0, free1, total;
         cr_assert_eq(attn_gpu_mem_info(&free0, &total), ATTN_OK);
         for (int run = 0; run < 1000; run++)
-            cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "run %d: %s", run, attn_last_error());
+            cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "run %d: %s", run,
+                         attn_last_error());
         cr_assert_eq(attn_gpu_mem_info(&free1, &total), ATTN_OK);
         cr_log_info("stage %s: %zu bytes free before 1000 runs, %zu after", s->id, free0, free1);
-        cr_assert_leq(bytes_lost(free0, free1), LEAK_BOUND_BYTES, "stage %s: %zu bytes free before 1000 runs, %zu after",
-                      s->id, free0, free1);
+        cr_assert_leq(bytes_lost(free0, free1), LEAK_BOUND_BYTES,
+                      "stage %s: %zu bytes free before 1000 runs, %zu after", s->id, free0, free1);
     }
 #ifdef ATTN_HAVE_CUDA
     leak_is_seen((size_t)attn_rows(&p) * sizeof(float));

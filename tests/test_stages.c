@@ -63,6 +63,7 @@ ParameterizedTestParameters(stages, match_reference) {
     int n = 0;
     for (int s = 0; s < attn_num_stages; s++) {
         if (!strcmp(attn_stages[s].id, "01")) continue; /* the reference: test_reference.c */
+        if (!test_wants_stage(attn_stages[s].id)) continue;
         n = add_cases(cases, n, s, case_N, NUM_N, ATTN_INIT_NORMAL, 1);
         for (int init = ATTN_INIT_LARGE; init <= ATTN_INIT_RISING; init++)
             n = add_cases(cases, n, s, hostile_N, 3, init, 0);

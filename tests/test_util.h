@@ -16,10 +16,24 @@ static inline const char *attn_bin(void) {
     return b && *b ? b : "build/attn";
 }
 
+/* ATTN_TEST_STAGES="02,03,04,05" narrows the tests that run stage after stage from the registry
+ * (stages::match_reference and the serial whole-device tests) to those ids; unset or empty, every stage.
+ * `make check-ptx` sets it: its build differs from the ordinary one in stages 02-05 alone, and the whole
+ * suite there would run the other stages a second time (past one 10-minute device call). */
+static inline int test_wants_stage(const char *id) {
+    const char *list = getenv("ATTN_TEST_STAGES");
+    if (!list || !*list) return 1;
+    const size_t n = strlen(id);
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strcspn(p, ",") == n && !strncmp(p, id, n)) return 1;
+    }
+    return 0;
+}
+
 /* Skips the current test, with the reason, when stage s cannot run here. Returns only if it can. */
-#define SKIP_UNLESS_RUNNABLE(s)                                                                     \
-    do {                                                                                            \
-        if (attn_stage_available(s) != ATTN_OK) cr_skip_test("%s", attn_last_error());             \
+#define SKIP_UNLESS_RUNNABLE(s)                                                                              \
+    do {                                                                                                     \
+        if (attn_stage_available(s) != ATTN_OK) cr_skip_test("%s", attn_last_error());                       \
     } while (0)
 
 /* Runs a shell command, captures stdout+stderr (up to cap bytes) and returns the exit status
