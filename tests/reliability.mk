@@ -13,7 +13,8 @@
 #                                     SANITIZE_DIMS="64 128", SANITIZE_SEQS="1 17" and
 #                                     SANITIZE_DTYPES="fp16" narrow it; SANITIZE_OUT=dir keeps
 #                                     two runs apart, e.g. one stage set per GPU;
-#                                     SANITIZE_QUICK=1: D = 64 and the smallest)
+#                                     SANITIZE_QUICK=1: D = 64 and the smallest;
+#                                     SANITIZE_RESUME=1: keep SANITIZE_OUT, run what is unfinished)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
 
 .PHONY: fuzz check-asan sanitize leakcheck
@@ -68,14 +69,20 @@ check-asan:
 SANITIZE_OUT ?= $(BUILD)/sanitize
 SANITIZE_JOBS ?= $(shell nproc 2>/dev/null || echo 4)
 
+# SANITIZE_RESUME=1 keeps SANITIZE_OUT and runs only the processes that have not finished there (a
+# summary row written), so that the whole set, over 10 minutes, can be run across several limited
+# sessions with the same variables; the table counts every finished process of the plan.
 sanitize: $(ATTN)
-	@rm -rf $(SANITIZE_OUT) && mkdir -p $(SANITIZE_OUT)
+	@if [ "$(SANITIZE_RESUME)" != 1 ]; then rm -rf $(SANITIZE_OUT); fi; mkdir -p $(SANITIZE_OUT)
 	@bash tests/sanitize.sh plan $(ATTN) >$(SANITIZE_OUT)/plan.txt || exit 2; \
-	 echo "sanitize: $$(wc -l <$(SANITIZE_OUT)/plan.txt) (tool, stage, D) processes, $(SANITIZE_JOBS) at a time"; \
+	 while read t s d; do [ "$$(cat $(SANITIZE_OUT)/$$t-$$s-d$$d/summary.txt 2>/dev/null | wc -l)" -ge 2 ] || \
+	   echo "$$t $$s $$d"; done <$(SANITIZE_OUT)/plan.txt >$(SANITIZE_OUT)/todo.txt; \
+	 echo "sanitize: $$(wc -l <$(SANITIZE_OUT)/plan.txt) (tool, stage, D) processes, $(SANITIZE_JOBS) at a time" \
+	      "($$(wc -l <$(SANITIZE_OUT)/todo.txt) to run)"; \
 	 xargs -P $(SANITIZE_JOBS) -L 1 sh -c 'HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) \
 	   SANITIZE_DIR=$(SANITIZE_OUT)/$$0-$$1-d$$2 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 SANITIZE_DIMS=$$2 \
 	   bash tests/sanitize.sh compute $(ATTN) >$(SANITIZE_OUT)/$$0-$$1-d$$2.out 2>&1' \
-	   <$(SANITIZE_OUT)/plan.txt || true
+	   <$(SANITIZE_OUT)/todo.txt || true
 	@ls $(SANITIZE_OUT)/*/summary.txt >/dev/null 2>&1 || { echo "sanitize: no run finished:"; \
 	 cat $(SANITIZE_OUT)/*.out | sort -u | head -n 5; exit 1; }
 	@grep -h '^  ' $(SANITIZE_OUT)/*.out || true
