@@ -25,8 +25,7 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
             attn_stage_supports(s, p) != ATTN_OK)
             continue;
         attn_run_opts opt = attn_run_opts_default();
-        opt.warmup = 0, opt.repeat = 1, opt.check = 1, opt.full_heads = full_heads,
-        opt.check_rows = extra_rows;
+        opt.warmup = 0, opt.repeat = 1, opt.check = 1, opt.full_heads = full_heads, opt.check_rows = extra_rows;
         attn_result r;
         attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
         if (st == ATTN_ENOMEM || st == ATTN_EUNSUPPORTED) { /* memory, or shared memory on an old GPU */
@@ -34,11 +33,9 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
             continue;
         }
         cr_assert_eq(st, ATTN_OK, "stage %s: %s", s->id, attn_last_error());
-        cr_assert(r.chk.pass,
-                  "stage %s B=%lld H=%lld N=%lld D=%lld: worst ratio %g at [%lld,%lld,%lld,%lld], "
-                  "non-finite %lld",
-                  s->id, (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D,
-                  r.chk.worst_ratio, (long long)r.chk.worst_b, (long long)r.chk.worst_h,
+        cr_assert(r.chk.pass, "stage %s B=%lld H=%lld N=%lld D=%lld: worst ratio %g at [%lld,%lld,%lld,%lld], "
+                  "non-finite %lld", s->id, (long long)p->B, (long long)p->H, (long long)p->N,
+                  (long long)p->D, r.chk.worst_ratio, (long long)r.chk.worst_b, (long long)r.chk.worst_h,
                   (long long)r.chk.worst_n, (long long)r.chk.worst_d, (long long)r.chk.nonfinite);
         cr_log_info("stage %s at B=%lld H=%lld N=%lld D=%lld: %.3f ms, %lld rows checked, PASS", s->id,
                     (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D, r.ms_median,
@@ -86,21 +83,20 @@ Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
                 opt.warmup = 0, opt.repeat = 1;
                 attn_result r;
                 attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
-                cr_assert_eq(st, ATTN_OK, "stage %s with %s in %c: %s", s->id, which == 0 ? "NaN" : "inf",
-                             "qkv"[t], attn_last_error());
+                cr_assert_eq(st, ATTN_OK, "stage %s with %s in %c: %s", s->id,
+                             which == 0 ? "NaN" : "inf", "qkv"[t], attn_last_error());
                 attn_inputs_free(&in);
             }
     }
 }
 
-/* A thousand runs of each GPU stage (allocate, run, free) leave the device's free memory as it was.
- * Free memory is device-wide, so this test is in the `serial` suite, which make check runs alone
- * (-j1, no other test allocating beside it). */
-/* Free device memory is the whole device's count, and it moves on its own: on the H200 by -192 KiB (a
- * driver set-up after one warm-up run) and +256 KiB (after 20) with nothing leaking. A run here
- * allocates Q, K, V, O (99 KB each) and the LSE (3096 B, the smallest buffer), so leaking any one of
- * them every run loses at least 3 MB over 1000 runs: the test fails when more than 1 MiB is lost. The
- * control at the end leaks 1000 LSE-sized buffers on purpose and must be caught by the same bound. */
+/* A thousand runs of each GPU stage (allocate, run, free) lose no device memory. Free memory is the
+ * whole device's count, so this test is in the `serial` suite, which make check runs alone (-j1, no
+ * other test allocating beside it); and it moves on its own: on the H200 by -192 KiB (a driver set-up
+ * after one warm-up run) and +256 KiB (after 20) with nothing leaking. A run here allocates Q, K, V,
+ * O (99 KB each) and the LSE (3096 B, the smallest buffer), so leaking any one of them every run
+ * loses at least 3 MB over 1000 runs: the test fails when more than 1 MiB is lost. The control at the
+ * end leaks 1000 LSE-sized buffers on purpose and must be caught by the same bound. */
 #define LEAK_BOUND_BYTES ((size_t)1 << 20)
 
 static size_t bytes_lost(size_t free_before, size_t free_after) {
@@ -141,8 +137,7 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
         size_t free0, free1, total;
         cr_assert_eq(attn_gpu_mem_info(&free0, &total), ATTN_OK);
         for (int run = 0; run < 1000; run++)
-            cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "run %d: %s", run,
-                         attn_last_error());
+            cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "run %d: %s", run, attn_last_error());
         cr_assert_eq(attn_gpu_mem_info(&free1, &total), ATTN_OK);
         cr_log_info("stage %s: %zu bytes free before 1000 runs, %zu after", s->id, free0, free1);
         cr_assert_leq(bytes_lost(free0, free1), LEAK_BOUND_BYTES,

@@ -24,16 +24,18 @@ static inline int test_wants_stage(const char *id) {
     const char *list = getenv("ATTN_TEST_STAGES");
     if (!list || !*list) return 1;
     const size_t n = strlen(id);
-    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
-        if (strcspn(p, ",") == n && !strncmp(p, id, n)) return 1;
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ","); /* one id of the list */
+        if (len == n && !strncmp(p, id, n)) return 1;
+        p += len + (p[len] == ',');
     }
     return 0;
 }
 
 /* Skips the current test, with the reason, when stage s cannot run here. Returns only if it can. */
-#define SKIP_UNLESS_RUNNABLE(s)                                                                              \
-    do {                                                                                                     \
-        if (attn_stage_available(s) != ATTN_OK) cr_skip_test("%s", attn_last_error());                       \
+#define SKIP_UNLESS_RUNNABLE(s)                                                                     \
+    do {                                                                                            \
+        if (attn_stage_available(s) != ATTN_OK) cr_skip_test("%s", attn_last_error());             \
     } while (0)
 
 /* Runs a shell command, captures stdout+stderr (up to cap bytes) and returns the exit status
