@@ -59,7 +59,7 @@ static void usage(FILE *f) {
         "  --causal both|0|1  (default both)\n"
         "  --stages LIST      only these stages, e.g. 02,06 (default: every registered one)\n"
         "  --repeat-ms MS     timed work to aim for per point (default 300), in 3..50 runs; a run of\n"
-        "                     1 s or more is timed once\n"
+        "                     250 ms or more is timed once\n"
         "  --check-rows K     random rows spot-checked per point (default 48)\n"
         "  --cpu-limit S      skip the CPU stage (cpu-skip) where one run is estimated above S\n"
         "                     seconds from its measured FLOP rate (default 1; 5 with --quick)\n"
@@ -151,15 +151,10 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
         snprintf(flag, sizeof flag, " %.*s ", len < 60 ? len : 60, a);
         val = eq && a[len] == '=' ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
         if (!strstr(" --batch --heads --seqs --dims --causal --stages --repeat-ms --check-rows "
-                    " --cpu-limit --csv --commit ", flag)) {
-            fprintf(stderr, "attn-bench: unknown option '%s' (see --help)\n", a);
-            return -1;
-        }
+                    " --cpu-limit --csv --commit ", flag))
+            return fprintf(stderr, "attn-bench: unknown option '%s' (see --help)\n", a), -1;
         flag[strlen(flag) - 1] = 0;
-        if (!val) {
-            fprintf(stderr, "attn-bench: %s needs a value (see --help)\n", flag + 1);
-            return -1;
-        }
+        if (!val) return fprintf(stderr, "attn-bench: %s needs a value (see --help)\n", flag + 1), -1;
         if (set_flag(c, flag + 1, val) != 0) return -1;
     }
     return 0;
@@ -206,15 +201,14 @@ typedef struct {
     int gpu_ok, failed, total;
     char gpu_why[256];
     double cpu_gflops; /* the CPU stage's last measured rate; 0 before the first, -1 if that failed */
+    uint16_t *o_host; float *lse_host; /* O and LSE of every run at one point (NULL: attn_run's own) */
 } sweep_t;
 
 static row_t *new_row(sweep_t *sw, const attn_stage *s, const attn_problem *p) {
     if (sw->nrows == sw->cap) {
         sw->cap = sw->cap ? 2 * sw->cap : 256;
-        if (!(sw->rows = realloc(sw->rows, sw->cap * sizeof *sw->rows))) {
-            fprintf(stderr, "attn-bench: out of host memory\n");
-            exit(1);
-        }
+        if (!(sw->rows = realloc(sw->rows, sw->cap * sizeof *sw->rows)))
+            fprintf(stderr, "attn-bench: out of host memory\n"), exit(1);
     }
     row_t *r = &sw->rows[sw->nrows++];
     memset(r, 0, sizeof *r);
@@ -292,12 +286,12 @@ static void progress(const sweep_t *sw, const row_t *r, double secs) {
         fprintf(stderr, "%s: %s  (%.1f s)\n", r->status, r->note, secs);
 }
 
-/* Repeats: about repeat_ms of timed work, in [MIN_REP, MAX_REP]; a run of 1 s or more once (its
- * spread is small against its length, and the whole sweep has a budget of minutes). */
+/* Repeats: about repeat_ms of timed work, in [MIN_REP, MAX_REP]; a run of 250 ms or more once, after the
+ * checked first run (3 timed runs of stage 02 and the CPU stages there took 23 s of a 5-minute sweep). */
 static void pick_repeats(const cfg_t *c, double est_ms, attn_run_opts *o) {
     double want = est_ms > 1e-4 ? ceil(c->repeat_ms / est_ms) : MAX_REP;
     want = want < MIN_REP ? MIN_REP : want > MAX_REP ? MAX_REP : want;
-    o->repeat = est_ms >= 1000 ? 1 : (int)want;
+    o->repeat = est_ms >= 250 ? 1 : (int)want;
     o->warmup = est_ms >= 250 ? 0 : est_ms >= 20 ? 1 : 2;
 }
 
@@ -345,7 +339,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
     attn_status st = ATTN_OK;
     if (est_ms <= 0) { /* no estimate yet: one untimed and one timed run, unchecked */
         o.warmup = o.repeat = 1;
-        st = attn_run(s, in, &o, &res, NULL, NULL);
+        st = attn_run(s, in, &o, &res, sw->o_host, sw->lse_host);
         est_ms = res.ms_median > 0 ? res.ms_median : 1e-3;
     }
     if (st == ATTN_OK) {
@@ -353,7 +347,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         o.check = c->check_rows > 0, o.full_heads = 0, o.check_rows = c->check_rows;
         o.seed = 0x5eedULL + (uint64_t)p->N * 131 + (uint64_t)p->D * 7 + (uint64_t)p->causal;
         o.cold_l2 = c->cold;
-        st = attn_run(s, in, &o, &res, NULL, NULL);
+        st = attn_run(s, in, &o, &res, sw->o_host, sw->lse_host);
     }
     if (st != ATTN_OK) status_row(sw, r, st, attn_last_error());
     else {
@@ -403,6 +397,9 @@ static void run_sweep(sweep_t *sw) {
                 fprintf(stderr, "inputs B=%lld H=%lld N=%lld D=%lld ... ", (long long)p.B, (long long)p.H,
                         (long long)p.N, (long long)p.D);
                 ist = attn_inputs_random(&in, &p, 0xA77E + (uint64_t)(di * 64 + ni), ATTN_INIT_NORMAL);
+                if (ist == ATTN_OK && sw->gpu_ok) (void)attn_gpu_hold_inputs(&in); /* one upload per point */
+                sw->o_host = attn_alloc((size_t)attn_qkv_elems(&p) * 2);
+                sw->lse_host = attn_alloc((size_t)attn_rows(&p) * 4);
                 if (ist != ATTN_OK) snprintf(why, sizeof why, "inputs: %s", attn_last_error());
                 fprintf(stderr, "%s (%.1f s)\n", ist == ATTN_OK ? "done" : why, now_s() - t0);
             }
@@ -416,6 +413,8 @@ static void run_sweep(sweep_t *sw) {
                 }
             }
             if (need && ist == ATTN_OK) attn_inputs_free(&in);
+            attn_gpu_release_inputs(), free(sw->o_host), free(sw->lse_host);
+            sw->o_host = NULL, sw->lse_host = NULL;
         }
 }
 

@@ -105,6 +105,7 @@ typedef struct {
     int checked;
     attn_check chk;
     int gpus;                /* GPUs the stage was asked to use: 1 for a single-GPU stage, 0 on the CPU */
+    int inputs_held;         /* 1: Q, K and V were those held by attn_gpu_hold_inputs, not uploaded */
 } attn_result;
 
 attn_run_opts attn_run_opts_default(void);
@@ -121,6 +122,16 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
  * lse_first, host buffers of the full output size), times, compares the last run with the first. */
 attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                          attn_result *res, uint16_t *o_first, float *lse_first);
+
+/*
+ * Holds Q, K and V of `in` on the current device until attn_gpu_release_inputs(), with a host buffer
+ * for the repeatability copy: attn_run_gpu() given these same inputs (the same host arrays and size)
+ * then neither allocates nor uploads them. For one caller that runs many stages on one set of inputs
+ * and leaves the host arrays unchanged meanwhile (the bench); not for concurrent use. Without CUDA,
+ * or when the device is short of memory, it returns an error and nothing is held.
+ */
+attn_status attn_gpu_hold_inputs(const attn_inputs *in);
+void attn_gpu_release_inputs(void);
 
 /* ATTN_OK if a usable CUDA device is present, else ATTN_ENODEV with the reason. */
 attn_status attn_gpu_available(void);

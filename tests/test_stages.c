@@ -136,6 +136,40 @@ Test(registry, refuse_unsupported_dims_and_dtypes) {
     }
 }
 
+/* The bench holds each point's Q, K and V on the GPU for all stages (attn_gpu_hold_inputs). A run on
+ * the held inputs gives O and LSE identical to a run that uploads its own; a run on other inputs of the
+ * same size must not take the held ones (it is checked against its own reference). */
+Test(stages, held_inputs_change_nothing) {
+    const attn_stage *s = attn_find_stage("06");
+    cr_assert_not_null(s);
+    SKIP_UNLESS_RUNNABLE(s);
+    attn_problem p = attn_problem_make(2, 3, 301, 64, 1);
+    attn_inputs a, b;
+    cr_assert_eq(attn_inputs_random(&a, &p, 71, ATTN_INIT_NORMAL), ATTN_OK);
+    cr_assert_eq(attn_inputs_random(&b, &p, 72, ATTN_INIT_NORMAL), ATTN_OK);
+    const size_t o_bytes = (size_t)attn_qkv_elems(&p) * 2, lse_bytes = (size_t)attn_rows(&p) * 4;
+    uint16_t *o[2] = {malloc(o_bytes), malloc(o_bytes)};
+    float *lse[2] = {malloc(lse_bytes), malloc(lse_bytes)};
+    cr_assert(o[0] && o[1] && lse[0] && lse[1]);
+    attn_run_opts opt = attn_run_opts_default();
+    opt.warmup = 0, opt.repeat = 2, opt.check = 1;
+    attn_result r;
+    cr_assert_eq(attn_run(s, &a, &opt, &r, o[0], lse[0]), ATTN_OK, "%s", attn_last_error());
+    cr_assert(!r.inputs_held);
+    cr_assert_eq(attn_gpu_hold_inputs(&a), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(attn_run(s, &a, &opt, &r, o[1], lse[1]), ATTN_OK, "%s", attn_last_error());
+    cr_assert(r.inputs_held, "the run did not take the held inputs");
+    cr_assert(r.checked && r.chk.pass && r.identical == 1, "held inputs: worst ratio %g", r.chk.worst_ratio);
+    cr_assert(!memcmp(o[0], o[1], o_bytes) && !memcmp(lse[0], lse[1], lse_bytes),
+              "O or LSE differ between a run on held inputs and one that uploaded its own");
+    cr_assert_eq(attn_run(s, &b, &opt, &r, o[1], lse[1]), ATTN_OK, "%s", attn_last_error());
+    cr_assert(!r.inputs_held && r.checked && r.chk.pass, "other inputs while a set is held: held %d, worst ratio %g",
+              r.inputs_held, r.chk.worst_ratio);
+    attn_gpu_release_inputs();
+    free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
+    attn_inputs_free(&a), attn_inputs_free(&b);
+}
+
 /* Stage 02 refuses, with the numbers, a problem whose N x N scores cannot fit, before allocating. */
 Test(registry, naive_gpu_refuses_scores_that_do_not_fit) {
     const attn_stage *s = attn_find_stage("02");
