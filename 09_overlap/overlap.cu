@@ -89,22 +89,23 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
 }
 
 /*
- * Work items: item w is row block w % Tr of head w / Tr (head-major, so the blocks at work at any
- * moment share a few heads' K and V in L2; causal heads run their row blocks from the last, which has
- * the most key tiles, to the first). A block takes items w = blockIdx.x, + gridDim.x, ...: non-causal
- * grids are persistent (one block per SM, see launch()), and while the consumers finish one item (last
- * P V, O and LSE stores) the producer already loads the next item's Q and first K/V tiles.
+ * Work items: a row block of one head. Every grid is persistent (one block per SM, see launch()): a
+ * block takes units u = blockIdx.x, + gridDim.x, ..., a unit being one item (non-causal) or two
+ * (causal), and while the consumers finish one item (last P V, O and LSE stores) the producer already
+ * loads the next item's Q and first K/V tiles. Units are head-major, so the blocks at work at any
+ * moment share a few heads' K and V in L2.
+ * A causal unit is a pair of row blocks of one head, the longest first (i from the end: it sees the
+ * most key tiles) and then the shortest (i from the start): the two together visit about Tr + 1 row
+ * blocks' worth of keys whatever i is, so striding over pairs hands every SM the same work. With an
+ * odd Tr the middle row block pairs with itself: its second half is empty (the loops skip it).
  */
-typedef struct {
-    int bh, q0;
-} work_item;
-
-template <int D, int CAUSAL> static __device__ __forceinline__ work_item work_item_at(int64_t w, int tr) {
-    work_item wi;
-    wi.bh = (int)(w / tr);
-    const int r = (int)(w % tr);
-    wi.q0 = (CAUSAL ? tr - 1 - r : r) * br_for(D);
-    return wi;
+template <int CAUSAL> static __device__ __forceinline__ int64_t units_per_head(int tr) {
+    return CAUSAL ? (tr + 1) / 2 : tr;
+}
+/* Row block of half `half` of unit i of a head: i itself (non-causal), or the pair's long and short
+ * ends. The second half of an odd Tr's middle pair is that same row block: the caller skips it. */
+template <int CAUSAL> static __device__ __forceinline__ int unit_row_block(int i, int half, int tr) {
+    return !CAUSAL || half ? i : tr - 1 - i;
 }
 
 /*
@@ -119,21 +120,24 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
     constexpr int BR = br_for(D), BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t items = (int64_t)tr * p->bh;
+    const int64_t per_head = units_per_head<CAUSAL>(tr), units = per_head * p->bh;
     uint32_t it = 0, item = 0;
-    for (int64_t w = blockIdx.x; w < items; w += gridDim.x, ++item) {
-        const work_item wi = work_item_at<D, CAUSAL>(w, tr);
-        const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(wi.q0, p->n);
-        if (item > 0) hop_mbar_wait(sm->q_empty, (item - 1) & 1);
-        hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, wi.q0, wi.bh);
-        for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
-            const uint32_t buf = it % S, use = it / S;
-            if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
-            hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, wi.bh);
-            if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
-            hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, wi.bh);
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x)
+        for (int half = 0; half <= CAUSAL; ++half, ++item) {
+            const int bh = (int)(u / per_head), i = (int)(u % per_head);
+            if (half && i == tr - 1 - i) break;
+            const int q0 = unit_row_block<CAUSAL>(i, half, tr) * BR;
+            const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
+            if (item > 0) hop_mbar_wait(sm->q_empty, (item - 1) & 1);
+            hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
+            for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
+                const uint32_t buf = it % S, use = it / S;
+                if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
+                hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
+                if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
+                hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
+            }
         }
-    }
 }
 
 /*
@@ -236,28 +240,33 @@ template <int BF16, int D, int CAUSAL>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
     constexpr int BR = br_for(D), BC = bc_for(D);
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t items = (int64_t)tr * p->bh;
+    const int64_t per_head = units_per_head<CAUSAL>(tr), units = per_head * p->bh;
     uint32_t it = 0, item = 0;
     if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
-    for (int64_t w = blockIdx.x; w < items; w += gridDim.x, ++item) {
-        const work_item wi = work_item_at<D, CAUSAL>(w, tr);
-        const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(wi.q0, p->n);
-        hop_rows<D> r;
-        hop_rows_init<D>(&r);
-        pending_pv<BC> pv;
-        const int row0 = wi.q0 + hop_thread_row(wg);
-        hop_mbar_wait(sm->q_full, item & 1);
-        int j = kr.n_tiles - 1;
-        if (j >= kr.n_plain)
-            pipeline_prologue<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
-        else
-            pipeline_prologue<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
-        for (--j, ++it; j >= kr.n_plain; --j, ++it)
-            pipeline_step<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
-        for (; j >= 0; --j, ++it) pipeline_step<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
-        pipeline_epilogue<BF16, D>(sm, &r, &pv, it, wg, w + gridDim.x >= items);
-        hop_store_o_lse<BF16, D>(p, &r, wi.bh, row0);
-    }
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x)
+        for (int half = 0; half <= CAUSAL; ++half, ++item) {
+            const int i = (int)(u % per_head);
+            if (half && i == tr - 1 - i) break;
+            /* the block's last item: its last unit, and that unit's last (non-empty) half */
+            const int last = u + gridDim.x >= units && (half == CAUSAL || i == tr - 1 - i);
+            const int q0 = unit_row_block<CAUSAL>(i, half, tr) * BR;
+            const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
+            hop_rows<D> r;
+            hop_rows_init<D>(&r);
+            pending_pv<BC> pv;
+            const int row0 = q0 + hop_thread_row(wg);
+            hop_mbar_wait(sm->q_full, item & 1);
+            int j = kr.n_tiles - 1;
+            if (j >= kr.n_plain)
+                pipeline_prologue<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+            else
+                pipeline_prologue<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
+            for (--j, ++it; j >= kr.n_plain; --j, ++it)
+                pipeline_step<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+            for (; j >= 0; --j, ++it) pipeline_step<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
+            pipeline_epilogue<BF16, D>(sm, &r, &pv, it, wg, last);
+            hop_store_o_lse<BF16, D>(p, &r, (int)(u / per_head), row0);
+        }
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -291,12 +300,11 @@ __global__ void __launch_bounds__(threads_for(D), 1)
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 
-/* Non-causal: one block per SM (a block takes 152-208 KB of shared memory: one fits), never more than
- * there are work items; all items cost the same, so taking every gridDim.x-th one balances. Causal:
- * one block per item, as in stage 08. Items differ up to Tr-fold, and a fixed share per block left
- * some SMs with twice the work of others (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335
- * with one item per block); the hardware's block scheduler hands the next item, longest first, to
- * whichever SM frees up. */
+/* One block per SM (a block takes 152-208 KB of shared memory: one fits), never more than there are
+ * units; all units cost about the same, so taking every gridDim.x-th one balances. Causal single
+ * items differ up to Tr-fold: striding over them left some SMs with twice the work of others
+ * (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335 with one item per block), hence the
+ * (long, short) pairs of unit_row_block(), which make causal units even and let causal grids persist. */
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, CAUSAL>;
@@ -305,8 +313,8 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     int dev = 0, sms = 0;
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t items = (kp->n + br_for(D) - 1) / br_for(D) * kp->bh;
-    const int64_t blocks = CAUSAL && items <= 0x7fffffff ? items : items < sms ? items : sms;
+    const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D), units = (CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
+    const int64_t blocks = units < sms ? units : sms;
     kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D), stream>>>(*kp);
     ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
     return ATTN_OK;
