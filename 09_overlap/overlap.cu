@@ -19,8 +19,9 @@
  * Changed versus stage 08: the key loop became a software pipeline (a prologue computing S_0 and its
  * softmax, steps issuing S_j with P_(j-1) V_(j-1), an epilogue issuing the last P V); the GEMM issue is
  * bracketed by the ping-pong barriers. Engineering measured in README.md's road table: 3 consumer
- * warpgroups at D = 64, 176-key tiles at D = 128, and blocks that loop over work items (a persistent
- * grid for non-causal problems), with a q_empty barrier so that the producer can reload Q.
+ * warpgroups at D = 64, 176-key tiles at D = 128, and blocks that loop over work units (a persistent
+ * grid; causal units pair a head's longest row block with its shortest), with a q_empty barrier so
+ * that the producer can reload Q.
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
