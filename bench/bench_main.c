@@ -398,8 +398,8 @@ static void run_sweep(sweep_t *sw) {
                         (long long)p.N, (long long)p.D);
                 ist = attn_inputs_random(&in, &p, 0xA77E + (uint64_t)(di * 64 + ni), ATTN_INIT_NORMAL);
                 if (ist == ATTN_OK && sw->gpu_ok) (void)attn_gpu_hold_inputs(&in); /* one upload per point */
-                sw->o_host = attn_alloc((size_t)attn_qkv_elems(&p) * 2);
-                sw->lse_host = attn_alloc((size_t)attn_rows(&p) * 4);
+                sw->o_host = ist == ATTN_OK ? attn_alloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
+                sw->lse_host = ist == ATTN_OK ? attn_alloc((size_t)attn_rows(&p) * 4) : NULL;
                 if (ist != ATTN_OK) snprintf(why, sizeof why, "inputs: %s", attn_last_error());
                 fprintf(stderr, "%s (%.1f s)\n", ist == ATTN_OK ? "done" : why, now_s() - t0);
             }
