@@ -24,9 +24,10 @@
 #include "half.h"
 
 /* One head as doubles: Kt[d * N + j] = k_jd (transposed), V[j * D + d] = v_jd. */
-static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, double *Kt, double *V) {
+static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, double *Kt, double *V,
+                        int parallel) {
     const int64_t N = p->N, D = p->D;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t j = 0; j < N; j++)
         for (int64_t d = 0; d < D; d++) {
             Kt[d * N + j] = attn_to_f32(k[j * D + d], p->dtype);
@@ -79,6 +80,33 @@ static void reference_row(const attn_problem *p, const double *Kt, const double 
     *lse = m + log(l);
 }
 
+int attn_heads_in_parallel(const attn_problem *p, int64_t nrows) {
+    return p->N * p->D <= 65536 && nrows > 2 * p->N;
+}
+
+int64_t attn_head_end(const int64_t *rows, int64_t nrows, int64_t r0, int64_t N) {
+    int64_t r1 = r0;
+    while (r1 < nrows && rows[r1] / N == rows[r0] / N) r1++;
+    return r1;
+}
+
+/* The listed rows r0 .. r1-1 of one decoded head; returns nonzero if scratch could not be allocated. */
+static int head_rows(const attn_problem *p, const double *Kt, const double *V, const uint16_t *q,
+                     const int64_t *rows, int64_t r0, int64_t r1, double *o, double *lse, int parallel) {
+    const int64_t N = p->N, D = p->D;
+    int failed = 0;
+#pragma omp parallel if (parallel) reduction(| : failed)
+    {
+        double *s = malloc((size_t)N * sizeof(double));
+        if (!s) failed = 1;
+#pragma omp for schedule(dynamic, 8)
+        for (int64_t r = r0; r < r1; r++)
+            if (s) reference_row(p, Kt, V, q + rows[r] * D, rows[r] % N, s, o + r * D, lse + r);
+        free(s);
+    }
+    return failed;
+}
+
 attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                 const int64_t *rows, int64_t nrows, double *o, double *lse) {
     attn_status st = attn_problem_validate(p);
@@ -88,28 +116,23 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
             return attn_fail(ATTN_EINVAL, "reference: rows must be sorted and in 0..%lld",
                              (long long)attn_rows(p) - 1);
     const int64_t N = p->N, D = p->D;
-    double *Kt = malloc((size_t)(N * D) * sizeof(double)), *V = malloc((size_t)(N * D) * sizeof(double));
-    if (!Kt || !V) {
-        free(Kt), free(V);
-        return attn_fail(ATTN_ENOMEM, "reference: cannot allocate %.1f MiB for one head of K and V",
-                         2.0 * (double)(N * D) * 8.0 / 1048576.0);
-    }
+    const int by_head = attn_heads_in_parallel(p, nrows);
     int failed = 0;
-    for (int64_t r0 = 0, r1; r0 < nrows && !failed; r0 = r1) {
-        const int64_t bh = rows[r0] / N;
-        for (r1 = r0; r1 < nrows && rows[r1] / N == bh; r1++) {}
-        decode_head(p, k + bh * N * D, v + bh * N * D, Kt, V);
-#pragma omp parallel reduction(| : failed)
-        {
-            double *s = malloc((size_t)N * sizeof(double));
-            if (!s) failed = 1;
-#pragma omp for schedule(dynamic, 8)
-            for (int64_t r = r0; r < r1; r++)
-                if (s) reference_row(p, Kt, V, q + rows[r] * D, rows[r] % N, s, o + r * D, lse + r);
-            free(s);
+#pragma omp parallel if (by_head) reduction(| : failed)
+    {
+        double *Kt = malloc((size_t)(N * D) * sizeof(double)), *V = malloc((size_t)(N * D) * sizeof(double));
+        if (!Kt || !V) failed = 1;
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t r0 = 0; r0 < nrows; r0++) {
+            if (!Kt || !V || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N)) continue; /* a head's first row */
+            const int64_t bh = rows[r0] / N;
+            decode_head(p, k + bh * N * D, v + bh * N * D, Kt, V, !by_head);
+            failed |= head_rows(p, Kt, V, q, rows, r0, attn_head_end(rows, nrows, r0, N), o, lse, !by_head);
         }
+        free(Kt), free(V);
     }
-    free(Kt), free(V);
-    if (failed) return attn_fail(ATTN_ENOMEM, "reference: cannot allocate a row of %lld scores", (long long)N);
+    if (failed)
+        return attn_fail(ATTN_ENOMEM, "reference: cannot allocate one head of K and V (%.1f MiB) or its scores",
+                         2.0 * (double)(N * D) * 8.0 / 1048576.0);
     return ATTN_OK;
 }
