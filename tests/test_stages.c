@@ -14,16 +14,24 @@
 
 #include <criterion/parameterized.h>
 
+/* One test process per group: a stage, a head dim and a dtype, whose cases (every N, causal and not,
+ * and the hostile inputs) run one after another in it. Criterion forks a process per test, and on the
+ * H200 each process cost 0.19-0.20 s whatever the stage ran (2026-12-01, 16 in parallel: stages
+ * 02-05, 455 one-case processes in 88 s; 06a-06e, 321 in 61 s; 06-10, 809 in 156 s), so with one case
+ * per process most of make check's time there was process set-up; a group pays it once for up to 32
+ * cases. Every case still reports its own failure (cr_expect), and `--verbose` names each case before
+ * it runs, so a crash points at its case. */
 typedef struct {
     int stage; /* index into attn_stages */
-    int N, D, causal, dtype, init;
-} stage_case;
+    int D, dtype;
+} stage_group;
 
 static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000};
 #define NUM_N ((int)(sizeof case_N / sizeof case_N[0]))
 /* The hostile inputs at fewer shapes: a short row, a ragged tail and a long one. */
 static const int hostile_N[] = {17, 129, 1000};
-#define MAX_CASES 4096
+#define NUM_HOSTILE_N ((int)(sizeof hostile_N / sizeof hostile_N[0]))
+#define MAX_GROUPS 512
 /* Under ASan and UBSan (make check-asan: SAN=1 defines ATTN_SAN) the CPU models run 5 to 10 times
  * slower, and the whole list took 5.5 minutes on CI's 2 cores; there their cases stop at N = 129,
  * which already has every access pattern (ragged tails, several key tiles, the diagonal band).
@@ -34,85 +42,108 @@ static const int hostile_N[] = {17, 129, 1000};
 #define CPU_MODEL_MAX_N ATTN_MAX_N
 #endif
 
-static int add_cases(stage_case *c, int n, int stage, const int *Ns, int nN, int init, int all_dims) {
-    const attn_stage *s = &attn_stages[stage];
+/* The hostile inputs run at 64 (the most used dim) and at the smallest and largest the stage takes. */
+static int takes_hostile_inputs_at(const attn_stage *s, int D) {
     int first_dim = -1, last_dim = -1;
     for (int d = 0; d < attn_num_test_dims; d++)
         if (s->supports_dim(attn_test_dims[d])) {
             if (first_dim < 0) first_dim = attn_test_dims[d];
             last_dim = attn_test_dims[d];
         }
-    for (int d = 0; d < attn_num_test_dims; d++) {
-        const int D = attn_test_dims[d];
-        if (!s->supports_dim(D)) continue;
-        /* hostile inputs: 64 (the most used dim) plus the smallest and largest supported */
-        if (!all_dims && D != 64 && D != first_dim && D != last_dim) continue;
-        for (int t = 0; t <= ATTN_BF16; t++) {
-            if (!(s->dtypes & ATTN_DTYPE_BIT(t))) continue;
-            for (int i = 0; i < nN; i++)
-                for (int causal = 0; causal <= 1 && n < MAX_CASES && (s->on_gpu || Ns[i] <= CPU_MODEL_MAX_N);
-                     causal++)
-                    c[n++] = (stage_case){stage, Ns[i], D, causal, t, init};
-        }
-    }
-    return n;
+    return D == 64 || D == first_dim || D == last_dim;
 }
 
 ParameterizedTestParameters(stages, match_reference) {
-    static stage_case cases[MAX_CASES];
+    static stage_group groups[MAX_GROUPS];
     int n = 0;
     for (int s = 0; s < attn_num_stages; s++) {
         if (!strcmp(attn_stages[s].id, "01")) continue; /* the reference: test_reference.c */
         if (!test_wants_stage(attn_stages[s].id)) continue;
-        n = add_cases(cases, n, s, case_N, NUM_N, ATTN_INIT_NORMAL, 1);
-        for (int init = ATTN_INIT_LARGE; init <= ATTN_INIT_RISING; init++)
-            n = add_cases(cases, n, s, hostile_N, 3, init, 0);
+        for (int d = 0; d < attn_num_test_dims; d++)
+            for (int t = 0; t <= ATTN_BF16 && n < MAX_GROUPS; t++)
+                if (attn_stages[s].supports_dim(attn_test_dims[d]) &&
+                    (attn_stages[s].dtypes & ATTN_DTYPE_BIT(t)))
+                    groups[n++] = (stage_group){s, attn_test_dims[d], t};
     }
-    return cr_make_param_array(stage_case, cases, (size_t)n);
+    return cr_make_param_array(stage_group, groups, (size_t)n);
 }
 
-ParameterizedTest(stage_case *c, stages, match_reference, .timeout = 600) {
-    const attn_stage *s = &attn_stages[c->stage];
-    SKIP_UNLESS_RUNNABLE(s);
+typedef enum { CASE_PASS, CASE_FAIL, CASE_NO_SHARED_MEMORY } case_outcome;
+
+/* One case: fresh inputs, two runs (the second must be bit-identical to the first), the first checked
+ * against the double reference. A failure is reported here and the group goes on. */
+static case_outcome run_case(const stage_group *g, int N, int causal, attn_init init) {
+    const attn_stage *s = &attn_stages[g->stage];
+    cr_log_info("stage %s N=%d D=%d causal=%d %s init=%s", s->id, N, g->D, causal,
+                attn_dtype_name((attn_dtype)g->dtype), attn_init_name(init));
     /* GPU stages at B=2, H=3. A CPU model folds b and h into one head index, as its kernel does, so
      * two heads test its head offsets as well as six; B=2, H=1 keeps the whole list on CI's two cores
      * to about a minute (the reference check costs as much as the model). */
-    attn_problem p = s->on_gpu ? attn_problem_make(2, 3, c->N, c->D, c->causal)
-                               : attn_problem_make(2, 1, c->N, c->D, c->causal);
-    p.dtype = (attn_dtype)c->dtype;
+    attn_problem p =
+        s->on_gpu ? attn_problem_make(2, 3, N, g->D, causal) : attn_problem_make(2, 1, N, g->D, causal);
+    p.dtype = (attn_dtype)g->dtype;
     attn_inputs in;
     /* fresh inputs for every case: the seed mixes the whole case */
-    const uint64_t seed =
-        0x5eedull + (uint64_t)(((c->stage * 4099 + c->N) * 263 + c->D) * 4 + c->causal * 2 + c->dtype) * 8 +
-        (uint64_t)c->init;
-    cr_assert_eq(attn_inputs_random(&in, &p, seed, (attn_init)c->init), ATTN_OK, "%s", attn_last_error());
+    const uint64_t seed = 0x5eedull +
+                          (uint64_t)(((g->stage * 4099 + N) * 263 + g->D) * 4 + causal * 2 + g->dtype) * 8 +
+                          (uint64_t)init;
+    cr_assert_eq(attn_inputs_random(&in, &p, seed, init), ATTN_OK, "%s", attn_last_error());
     attn_run_opts opt = attn_run_opts_default();
     opt.warmup = 0;
     opt.repeat = 2;
     opt.check = 1;
     attn_result r;
-    attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
-    /* a head dim the registry allows may still need more shared memory than an older GPU has: the
-     * stage says so (EUNSUPPORTED, with the numbers) and the case is skipped, visibly */
-    if (st == ATTN_EUNSUPPORTED && strstr(attn_last_error(), "shared memory")) {
-        attn_inputs_free(&in);
-        cr_skip_test("%s", attn_last_error());
-    }
-    cr_assert_eq(st, ATTN_OK, "stage %s N=%d D=%d causal=%d %s: %s", s->id, c->N, c->D, c->causal,
-                 attn_dtype_name(p.dtype), attn_last_error());
-    const attn_check *k = &r.chk;
-    cr_assert(k->pass,
-              "stage %s N=%d D=%d causal=%d %s init=%s: max abs err %.3e, worst [b=%lld h=%lld n=%lld "
-              "d=%lld] got %.6g want %.6g tol %.3g (ratio %.3g), LSE err %.3e (ratio %.3g), "
-              "non-finite %lld",
-              s->id, c->N, c->D, c->causal, attn_dtype_name(p.dtype), attn_init_name((attn_init)c->init),
-              k->max_abs_err, (long long)k->worst_b, (long long)k->worst_h, (long long)k->worst_n,
-              (long long)k->worst_d, k->worst_got, k->worst_want, k->worst_tol, k->worst_ratio,
-              k->max_lse_err, k->lse_worst_ratio, (long long)k->nonfinite);
-    cr_assert_eq(k->lse_checked, s->writes_lse);
-    cr_assert_eq(r.identical, 1, "stage %s N=%d D=%d causal=%d: a second run is not bit-identical", s->id,
-                 c->N, c->D, c->causal);
+    const attn_status st = attn_run(s, &in, &opt, &r, NULL, NULL);
     attn_inputs_free(&in);
+    /* a head dim the registry allows may still need more shared memory than an older GPU has: the
+     * stage says so (EUNSUPPORTED, with the numbers) */
+    if (st == ATTN_EUNSUPPORTED && strstr(attn_last_error(), "shared memory")) return CASE_NO_SHARED_MEMORY;
+    const char *dt = attn_dtype_name(p.dtype), *how = attn_init_name(init);
+    if (st != ATTN_OK) {
+        cr_expect_fail("stage %s N=%d D=%d causal=%d %s init=%s: %s", s->id, N, g->D, causal, dt, how,
+                       attn_last_error());
+        return CASE_FAIL;
+    }
+    const attn_check *k = &r.chk;
+    const int ok = k->pass && k->lse_checked == s->writes_lse && r.identical == 1;
+    cr_expect(k->pass,
+              "stage %s N=%d D=%d causal=%d %s init=%s: max abs err %.3e, worst [b=%lld h=%lld n=%lld "
+              "d=%lld] got %.6g want %.6g tol %.3g (ratio %.3g), LSE err %.3e (ratio %.3g), non-finite %lld",
+              s->id, N, g->D, causal, dt, how, k->max_abs_err, (long long)k->worst_b, (long long)k->worst_h,
+              (long long)k->worst_n, (long long)k->worst_d, k->worst_got, k->worst_want, k->worst_tol,
+              k->worst_ratio, k->max_lse_err, k->lse_worst_ratio, (long long)k->nonfinite);
+    cr_expect_eq(k->lse_checked, s->writes_lse,
+                 "stage %s N=%d D=%d causal=%d %s init=%s: LSE checked %d, written %d", s->id, N, g->D,
+                 causal, dt, how, k->lse_checked, s->writes_lse);
+    cr_expect_eq(r.identical, 1, "stage %s N=%d D=%d causal=%d %s init=%s: a second run is not bit-identical",
+                 s->id, N, g->D, causal, dt, how);
+    return ok ? CASE_PASS : CASE_FAIL;
+}
+
+ParameterizedTest(stage_group *g, stages, match_reference, .timeout = 900) {
+    const attn_stage *s = &attn_stages[g->stage];
+    SKIP_UNLESS_RUNNABLE(s);
+    int ran = 0, failed = 0;
+    for (int init = ATTN_INIT_NORMAL; init <= ATTN_INIT_RISING; init++) {
+        if (init != ATTN_INIT_NORMAL && !takes_hostile_inputs_at(s, g->D)) break;
+        const int *Ns = init == ATTN_INIT_NORMAL ? case_N : hostile_N;
+        const int nN = init == ATTN_INIT_NORMAL ? NUM_N : NUM_HOSTILE_N;
+        for (int i = 0; i < nN; i++) {
+            if (!s->on_gpu && Ns[i] > CPU_MODEL_MAX_N) continue;
+            for (int causal = 0; causal <= 1; causal++) {
+                const case_outcome o = run_case(g, Ns[i], causal, (attn_init)init);
+                /* shared memory depends on D and the dtype only: the whole group is skipped, visibly */
+                if (o == CASE_NO_SHARED_MEMORY && ran == 0) cr_skip_test("%s", attn_last_error());
+                cr_expect(o != CASE_NO_SHARED_MEMORY, "stage %s D=%d: refused after %d cases ran: %s", s->id,
+                          g->D, ran, attn_last_error());
+                ran++;
+                failed += o != CASE_PASS;
+            }
+        }
+    }
+    cr_log_info("stage %s D=%d %s: %d cases, %d failed", s->id, g->D, attn_dtype_name((attn_dtype)g->dtype),
+                ran, failed);
+    cr_assert_gt(ran, 0, "stage %s D=%d: no case ran", s->id, g->D);
 }
 
 /* Unsupported head dims and dtypes are refused with the stage's own list, before any GPU work. */
