@@ -41,16 +41,21 @@
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
  *   D     Br x Bc     warpgroups  stages  smem: Q + stages x (K + V)   registers per thread: S + O + P
- *   64    128 x 128   2           2        16 + 2 x (16 + 16) =  80 KB   64 +  32 + 32
+ *   64    128 x 64    2           2        16 + 2 x ( 8 +  8) =  48 KB   32 +  32 + 16   (2 blocks/SM)
  *   128   128 x 128   2           2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32
  *   256   128 x 64    2           2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16
- * Each warpgroup owns 64 rows of the Q tile (wgmma's M is 64). One block per SM (256 threads x up to
- * 255 registers would allow two, but not their shared memory past D = 64).
+ * Each warpgroup owns 64 rows of the Q tile (wgmma's M is 64). Past D = 64 one block fills an SM's
+ * shared memory. At D = 64 two blocks fit, if each keeps to 128 registers a thread: with 128-key
+ * tiles ptxas needed 155 and spilled 40-44 bytes when held to 128; with 64-key tiles it needs 106 and
+ * spills nothing. Two blocks on an SM overlap one's softmax with the other's wgmma and one's first
+ * loads with the other's work, which one block of 07 cannot (its own threads wait for each step).
  */
 static constexpr int BR = 128, THREADS = 256, STAGES = 2;
 /* Br is 128 at every head dim here (stage 09 varies it) */
 static __host__ __device__ constexpr int br_for(int) { return BR; }
-static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 128; }
+static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
+/* __launch_bounds__'s minimum blocks per SM: 2 at D = 64 caps registers at 65536 / 512 = 128 */
+static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
 /* Q, the K ring, the V ring, 1 + 2 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
     return hop_tile_bytes(BR, d) + 2 * STAGES * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 2 * STAGES) + 1024;
@@ -120,7 +125,8 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(THREADS, 1) tma_wgmma_kernel(const __grid_constant__ hop_attn_params p) {
+__global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
+    tma_wgmma_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int BC = bc_for(D);
     int mb;
     const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
