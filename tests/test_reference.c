@@ -71,6 +71,39 @@ static void compare_with_reference(int64_t B, int64_t H, int64_t N, int64_t D, i
     attn_inputs_free(&in);
 }
 
+/* Short heads go a head per thread (attn_heads_in_parallel), long ones a head at a time with the
+ * rows spread over the threads. Both must give the same bits: every row of 21 heads of 19 keys at
+ * once (the head-per-thread path) against the same rows asked for one head at a time (19 rows, the
+ * other path). */
+static void short_heads_match_head_by_head(int causal, attn_dtype t) {
+    attn_problem p = attn_problem_make(3, 7, 19, 64, causal);
+    p.dtype = t;
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 77 + (uint64_t)causal, ATTN_INIT_NORMAL), ATTN_OK);
+    const int64_t rows = attn_rows(&p), N = p.N, D = p.D;
+    int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+    double *o = malloc((size_t)(rows * D) * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
+    double *o1 = malloc((size_t)(rows * D) * sizeof(double)), *lse1 = malloc((size_t)rows * sizeof(double));
+    cr_assert(idx && o && lse && o1 && lse1);
+    for (int64_t r = 0; r < rows; r++) idx[r] = r;
+    cr_assert(attn_heads_in_parallel(&p, rows) && !attn_heads_in_parallel(&p, N), "the two paths are not both taken");
+    cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s", attn_last_error());
+    for (int64_t r0 = 0; r0 < rows; r0 += N)
+        cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx + r0, N, o1 + r0 * D, lse1 + r0), ATTN_OK,
+                     "%s", attn_last_error());
+    for (int64_t e = 0; e < rows * D; e++)
+        cr_assert(o[e] == o1[e], "O[%lld]: %.17g at once, %.17g head by head", (long long)e, o[e], o1[e]);
+    for (int64_t r = 0; r < rows; r++)
+        cr_assert(lse[r] == lse1[r], "LSE[%lld]: %.17g vs %.17g", (long long)r, lse[r], lse1[r]);
+    free(idx), free(o), free(lse), free(o1), free(lse1);
+    attn_inputs_free(&in);
+}
+
+Test(reference, short_heads_in_parallel_match_head_by_head) {
+    short_heads_match_head_by_head(0, ATTN_F16);
+    short_heads_match_head_by_head(1, ATTN_BF16);
+}
+
 Test(reference, stage01_matches_independent_reference) {
     compare_with_reference(2, 3, 1, 8, 0, ATTN_F16, ATTN_INIT_NORMAL);
     compare_with_reference(2, 3, 17, 5, 1, ATTN_F16, ATTN_INIT_NORMAL);
