@@ -39,8 +39,8 @@
  * a row's sums sum_d |q_d| |k_jd| run key-parallel, each still over d in order. |q_d| |k_jd| in
  * double is exact (a product of two floats). rows[] is sorted: the rows of a head are consecutive. */
 /* |k| transposed and each key's max |v|, for one head. */
-static void decode_abs_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, float *kabs, float *vkey,
-                            int parallel) {
+static void decode_abs_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, float *kabs,
+                            float *vkey, int parallel) {
     const int64_t N = p->N, D = p->D;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t j = 0; j < N; j++) {
@@ -104,14 +104,18 @@ static attn_status row_bounds(const attn_inputs *in, const int64_t *rows, int64_
         if (!kabs || !vkey) failed = 1;
 #pragma omp for schedule(dynamic, 16)
         for (int64_t r0 = 0; r0 < nrows; r0++) {
-            if (!kabs || !vkey || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N)) continue; /* a head's first row */
+            if (!kabs || !vkey || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N))
+                continue; /* not a head's first row */
             const int64_t bh = rows[r0] / N;
             decode_abs_head(p, in->k + bh * N * D, in->v + bh * N * D, kabs, vkey, !by_head);
-            failed |= head_bounds(in, kabs, vkey, rows, r0, attn_head_end(rows, nrows, r0, N), vmax, sabs, !by_head);
+            const int64_t r1 = attn_head_end(rows, nrows, r0, N);
+            failed |= head_bounds(in, kabs, vkey, rows, r0, r1, vmax, sabs, !by_head);
         }
         free(kabs), free(vkey);
     }
-    if (failed) return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N = %lld)", (long long)N);
+    if (failed)
+        return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N = %lld)",
+                         (long long)N);
     return ATTN_OK;
 }
 

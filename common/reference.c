@@ -124,7 +124,8 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
         if (!Kt || !V) failed = 1;
 #pragma omp for schedule(dynamic, 16)
         for (int64_t r0 = 0; r0 < nrows; r0++) {
-            if (!Kt || !V || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N)) continue; /* a head's first row */
+            if (!Kt || !V || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N))
+                continue; /* not a head's first row */
             const int64_t bh = rows[r0] / N;
             decode_head(p, k + bh * N * D, v + bh * N * D, Kt, V, !by_head);
             failed |= head_rows(p, Kt, V, q, rows, r0, attn_head_end(rows, nrows, r0, N), o, lse, !by_head);

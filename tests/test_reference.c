@@ -86,8 +86,10 @@ static void short_heads_match_head_by_head(int causal, attn_dtype t) {
     double *o1 = malloc((size_t)(rows * D) * sizeof(double)), *lse1 = malloc((size_t)rows * sizeof(double));
     cr_assert(idx && o && lse && o1 && lse1);
     for (int64_t r = 0; r < rows; r++) idx[r] = r;
-    cr_assert(attn_heads_in_parallel(&p, rows) && !attn_heads_in_parallel(&p, N), "the two paths are not both taken");
-    cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s", attn_last_error());
+    cr_assert(attn_heads_in_parallel(&p, rows) && !attn_heads_in_parallel(&p, N),
+              "the two paths are not both taken");
+    cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s",
+                 attn_last_error());
     for (int64_t r0 = 0; r0 < rows; r0 += N)
         cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx + r0, N, o1 + r0 * D, lse1 + r0), ATTN_OK,
                      "%s", attn_last_error());
