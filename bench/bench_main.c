@@ -42,7 +42,7 @@ typedef struct {
     const attn_stage *s;
     attn_problem p;
     char status[16], check[8], note[320];
-    double ms, tflops, extra, workspace, max_err;
+    double ms, tflops, extra, workspace, max_err, run_s, check_s; /* run_s, check_s: see progress() */
     int repeats;
 } row_t;
 
@@ -275,13 +275,14 @@ static int cannot_run(const sweep_t *sw, const attn_stage *s, const attn_problem
     return 1;
 }
 
+/* secs: the whole row. run, check: wall time of its last run (set-up, copies, runs) and check */
 static void progress(const sweep_t *sw, const row_t *r, double secs) {
     fprintf(stderr, "[%*zu/%d] D=%-3lld %-10s N=%-6lld %s %-14s ", sw->total >= 100 ? 3 : 2, sw->nrows,
             sw->total, (long long)r->p.D, r->p.causal ? "causal" : "non-causal", (long long)r->p.N,
             r->s->id, r->s->name);
     if (!strcmp(r->status, "ok") || !strcmp(r->status, "FAIL"))
-        fprintf(stderr, "%9.4g ms %8.4g TFLOP/s %3d reps  %s%s%s  (%.1f s)\n", r->ms, r->tflops, r->repeats,
-                r->check, r->note[0] ? "  " : "", r->note, secs);
+        fprintf(stderr, "%9.4g ms %8.4g TFLOP/s %3d reps  %s%s%s  (%.1f s: run %.2f, check %.2f)\n", r->ms,
+                r->tflops, r->repeats, r->check, r->note[0] ? "  " : "", r->note, secs, r->run_s, r->check_s);
     else
         fprintf(stderr, "%s: %s  (%.1f s)\n", r->status, r->note, secs);
 }
@@ -353,7 +354,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
     else {
         r->ms = res.ms_median;
         r->tflops = attn_flops(p) / (res.ms_median * 1e9);
-        r->repeats = res.runs;
+        r->repeats = res.runs, r->run_s = res.run_wall_ms / 1e3, r->check_s = res.check_wall_ms / 1e3;
         r->workspace = (double)res.extra_bytes;
         r->extra = (double)(res.extra_measured > res.extra_bytes ? res.extra_measured : res.extra_bytes);
         if (!s->on_gpu && res.ms_median > 0) sw->cpu_gflops = attn_flops(p) / (res.ms_median * 1e6);

@@ -298,14 +298,18 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
         return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for O",
                          (double)o_bytes / 1073741824.0);
     }
+    double t0 = now_ms();
     st = s->on_gpu ? attn_run_gpu(s, in, opt, res, o, lse) : run_cpu(s, in, opt, res, o, lse);
+    res->run_wall_ms = now_ms() - t0;
     if (st == ATTN_OK && res->ms_median > 0.0) res->tflops = attn_flops(p) / (res->ms_median * 1e9);
     if (st == ATTN_OK && opt->check) {
+        t0 = now_ms();
         int64_t *rows = NULL, nrows = 0;
         st = attn_sample_rows(p, opt->full_heads, opt->check_rows, opt->seed, &rows, &nrows);
         if (st == ATTN_OK) st = attn_check_output(in, o, s->writes_lse ? lse : NULL, rows, nrows, &res->chk);
         if (st == ATTN_OK) res->checked = 1;
         free(rows);
+        res->check_wall_ms = now_ms() - t0;
     }
     if (o != o_host) free(o);
     if (lse != lse_host) free(lse);

@@ -106,6 +106,8 @@ typedef struct {
     attn_check chk;
     int gpus;                /* GPUs the stage was asked to use: 1 for a single-GPU stage, 0 on the CPU */
     int inputs_held;         /* 1: Q, K and V were those held by attn_gpu_hold_inputs, not uploaded */
+    double run_wall_ms;      /* wall time of the whole run: set-up, copies, warm-up and timed runs */
+    double check_wall_ms;    /* wall time of the check against the reference (0 without --check) */
 } attn_result;
 
 attn_run_opts attn_run_opts_default(void);
