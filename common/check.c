@@ -37,83 +37,60 @@
 /* Per-row Vmax and Sabs over the keys each checked row sees (O(nvis * D) per row, as the reference
  * itself), a head at a time: |k| (transposed) and each key's max |v| are decoded once per head, and
  * a row's sums sum_d |q_d| |k_jd| run key-parallel, each still over d in order. |q_d| |k_jd| in
- * double is exact (a product of two floats). rows[] is sorted: the rows of a head are consecutive. */
-/* |k| transposed and each key's max |v|, for one head. */
-static void decode_abs_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, float *kabs,
-                            float *vkey, int parallel) {
-    const int64_t N = p->N, D = p->D;
+ * double is exact (a product of two floats). The threads share the work as in the reference
+ * (attn_walk_heads): a head is |K| transposed (N * D floats) then each key's max |v| (N floats). */
+typedef struct {
+    const attn_inputs *in;
+    const int64_t *rows;
+    double *vmax, *sabs;
+} bounds_walk;
+
+static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
+    const attn_inputs *in = ((const bounds_walk *)ctx)->in;
+    const int64_t N = in->p.N, D = in->p.D;
+    const uint16_t *k = in->k + bh * N * D, *v = in->v + bh * N * D;
+    const attn_dtype t = in->p.dtype;
+    float *kabs = head, *vkey = kabs + N * D;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t j = 0; j < N; j++) {
         float vk = 0.0f;
         for (int64_t d = 0; d < D; d++) {
-            kabs[d * N + j] = fabsf(attn_to_f32(k[j * D + d], p->dtype));
-            vk = fmaxf(vk, fabsf(attn_to_f32(v[j * D + d], p->dtype)));
+            kabs[d * N + j] = fabsf(attn_to_f32(k[j * D + d], t));
+            vk = fmaxf(vk, fabsf(attn_to_f32(v[j * D + d], t)));
         }
         vkey[j] = vk;
     }
 }
 
-/* Vmax and Sabs of the listed rows r0 .. r1-1 of one decoded head; nonzero if scratch ran out. */
-static int head_bounds(const attn_inputs *in, const float *kabs, const float *vkey, const int64_t *rows,
-                       int64_t r0, int64_t r1, double *vmax, double *sabs, int parallel) {
-    const attn_problem *p = &in->p;
-    const int64_t N = p->N, D = p->D;
-    int failed = 0;
-#pragma omp parallel if (parallel) reduction(| : failed)
-    {
-        double *sa = malloc((size_t)N * sizeof(double));
-        if (!sa) failed = 1;
-#pragma omp for schedule(dynamic, 8)
-        for (int64_t r = r0; r < r1; r++) {
-            if (!sa) continue;
-            const int64_t nvis = p->causal ? rows[r] % N + 1 : N;
-            for (int64_t j = 0; j < nvis; j++) sa[j] = 0.0;
-            for (int64_t d = 0; d < D; d++) {
-                const double qd = fabs((double)attn_to_f32(in->q[rows[r] * D + d], p->dtype));
-                const float *kd = kabs + d * N;
+static void bounds_row(void *ctx, int64_t r, const void *head, void *scratch) {
+    const bounds_walk *c = ctx;
+    const attn_problem *p = &c->in->p;
+    const int64_t N = p->N, D = p->D, row = c->rows[r], nvis = p->causal ? row % N + 1 : N;
+    const float *kabs = head, *vkey = kabs + N * D;
+    double *sa = scratch;
+    for (int64_t j = 0; j < nvis; j++) sa[j] = 0.0;
+    for (int64_t d = 0; d < D; d++) {
+        const double qd = fabs((double)attn_to_f32(c->in->q[row * D + d], p->dtype));
+        const float *kd = kabs + d * N;
 #pragma omp simd
-                for (int64_t j = 0; j < nvis; j++) sa[j] += qd * (double)kd[j];
-            }
-            double vm = 0.0, sm = 0.0;
-            for (int64_t j = 0; j < nvis; j++) {
-                sm = fmax(sm, sa[j]);
-                vm = fmax(vm, (double)vkey[j]);
-            }
-            vmax[r] = vm;
-            sabs[r] = sm * fabs((double)p->scale);
-        }
-        free(sa);
+        for (int64_t j = 0; j < nvis; j++) sa[j] += qd * (double)kd[j];
     }
-    return failed;
+    double vm = 0.0, sm = 0.0;
+    for (int64_t j = 0; j < nvis; j++) {
+        sm = fmax(sm, sa[j]);
+        vm = fmax(vm, (double)vkey[j]);
+    }
+    c->vmax[r] = vm;
+    c->sabs[r] = sm * fabs((double)p->scale);
 }
 
-/* Per-row Vmax and Sabs over the keys each checked row sees (O(nvis * D) per row, as the reference
- * itself), a head at a time: |k| (transposed) and each key's max |v| are decoded once per head, and
- * a row's sums sum_d |q_d| |k_jd| run key-parallel, each still over d in order. |q_d| |k_jd| in
- * double is exact (a product of two floats). rows[] is sorted: the rows of a head are consecutive.
- * The threads share the work as in the reference (attn_heads_in_parallel). */
 static attn_status row_bounds(const attn_inputs *in, const int64_t *rows, int64_t nrows, double *vmax,
                               double *sabs) {
-    const attn_problem *p = &in->p;
-    const int64_t N = p->N, D = p->D;
-    const int by_head = attn_heads_in_parallel(p, nrows);
-    int failed = 0;
-#pragma omp parallel if (by_head) reduction(| : failed)
-    {
-        float *kabs = malloc((size_t)(N * D) * sizeof(float)), *vkey = malloc((size_t)N * sizeof(float));
-        if (!kabs || !vkey) failed = 1;
-#pragma omp for schedule(dynamic, 16)
-        for (int64_t r0 = 0; r0 < nrows; r0++) {
-            if (!kabs || !vkey || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N))
-                continue; /* not a head's first row */
-            const int64_t bh = rows[r0] / N;
-            decode_abs_head(p, in->k + bh * N * D, in->v + bh * N * D, kabs, vkey, !by_head);
-            const int64_t r1 = attn_head_end(rows, nrows, r0, N);
-            failed |= head_bounds(in, kabs, vkey, rows, r0, r1, vmax, sabs, !by_head);
-        }
-        free(kabs), free(vkey);
-    }
-    if (failed)
+    const int64_t N = in->p.N, D = in->p.D;
+    bounds_walk c = {in, rows, vmax, sabs};
+    const attn_head_walk w = {(size_t)(N * D + N) * sizeof(float), (size_t)N * sizeof(double), bounds_decode,
+                              bounds_row, &c};
+    if (attn_walk_heads(&in->p, rows, nrows, &w))
         return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N = %lld)",
                          (long long)N);
     return ATTN_OK;

@@ -84,27 +84,67 @@ int attn_heads_in_parallel(const attn_problem *p, int64_t nrows) {
     return p->N * p->D <= 65536 && nrows > 2 * p->N;
 }
 
-int64_t attn_head_end(const int64_t *rows, int64_t nrows, int64_t r0, int64_t N) {
+/* rows[] sorted: the index past the last listed row of rows[r0]'s head. */
+static int64_t head_end(const int64_t *rows, int64_t nrows, int64_t r0, int64_t N) {
     int64_t r1 = r0;
     while (r1 < nrows && rows[r1] / N == rows[r0] / N) r1++;
     return r1;
 }
 
-/* The listed rows r0 .. r1-1 of one decoded head; returns nonzero if scratch could not be allocated. */
-static int head_rows(const attn_problem *p, const double *Kt, const double *V, const uint16_t *q,
-                     const int64_t *rows, int64_t r0, int64_t r1, double *o, double *lse, int parallel) {
-    const int64_t N = p->N, D = p->D;
+/* The listed rows r0 .. r1-1 of one decoded head; nonzero if a row's scratch could not be allocated. */
+static int walk_rows(const attn_head_walk *w, int64_t r0, int64_t r1, const void *head, int parallel) {
     int failed = 0;
 #pragma omp parallel if (parallel) reduction(| : failed)
     {
-        double *s = malloc((size_t)N * sizeof(double));
-        if (!s) failed = 1;
+        void *scratch = malloc(w->row_bytes);
+        if (!scratch) failed = 1;
 #pragma omp for schedule(dynamic, 8)
         for (int64_t r = r0; r < r1; r++)
-            if (s) reference_row(p, Kt, V, q + rows[r] * D, rows[r] % N, s, o + r * D, lse + r);
-        free(s);
+            if (scratch) w->row(w->ctx, r, head, scratch);
+        free(scratch);
     }
     return failed;
+}
+
+int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, const attn_head_walk *w) {
+    const int64_t N = p->N;
+    const int by_head = attn_heads_in_parallel(p, nrows);
+    int failed = 0;
+#pragma omp parallel if (by_head) reduction(| : failed)
+    {
+        void *head = malloc(w->head_bytes);
+        if (!head) failed = 1;
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t r0 = 0; r0 < nrows; r0++) {
+            if (!head || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N)) continue; /* not a head's first row */
+            w->decode(w->ctx, rows[r0] / N, head, !by_head);
+            failed |= walk_rows(w, r0, head_end(rows, nrows, r0, N), head, !by_head);
+        }
+        free(head);
+    }
+    return failed;
+}
+
+/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. */
+typedef struct {
+    const attn_problem *p;
+    const uint16_t *q, *k, *v;
+    const int64_t *rows;
+    double *o, *lse;
+} reference_walk;
+
+static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
+    const reference_walk *c = ctx;
+    const int64_t ND = c->p->N * c->p->D;
+    decode_head(c->p, c->k + bh * ND, c->v + bh * ND, (double *)head, (double *)head + ND, parallel);
+}
+
+static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scratch) {
+    const reference_walk *c = ctx;
+    const int64_t N = c->p->N, D = c->p->D;
+    const double *Kt = head;
+    const int64_t row = c->rows[r];
+    reference_row(c->p, Kt, Kt + N * D, c->q + row * D, row % N, scratch, c->o + r * D, c->lse + r);
 }
 
 attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
@@ -116,23 +156,10 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
             return attn_fail(ATTN_EINVAL, "reference: rows must be sorted and in 0..%lld",
                              (long long)attn_rows(p) - 1);
     const int64_t N = p->N, D = p->D;
-    const int by_head = attn_heads_in_parallel(p, nrows);
-    int failed = 0;
-#pragma omp parallel if (by_head) reduction(| : failed)
-    {
-        double *Kt = malloc((size_t)(N * D) * sizeof(double)), *V = malloc((size_t)(N * D) * sizeof(double));
-        if (!Kt || !V) failed = 1;
-#pragma omp for schedule(dynamic, 16)
-        for (int64_t r0 = 0; r0 < nrows; r0++) {
-            if (!Kt || !V || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N))
-                continue; /* not a head's first row */
-            const int64_t bh = rows[r0] / N;
-            decode_head(p, k + bh * N * D, v + bh * N * D, Kt, V, !by_head);
-            failed |= head_rows(p, Kt, V, q, rows, r0, attn_head_end(rows, nrows, r0, N), o, lse, !by_head);
-        }
-        free(Kt), free(V);
-    }
-    if (failed)
+    reference_walk c = {p, q, k, v, rows, o, lse};
+    const attn_head_walk w = {(size_t)(2 * N * D) * sizeof(double), (size_t)N * sizeof(double),
+                              reference_decode, reference_walk_row, &c};
+    if (attn_walk_heads(p, rows, nrows, &w))
         return attn_fail(ATTN_ENOMEM, "reference: cannot allocate one head of K and V (%.1f MiB) or its scores",
                          2.0 * (double)(N * D) * 8.0 / 1048576.0);
     return ATTN_OK;

@@ -22,8 +22,19 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
  * under OMP_WAIT_POLICY=passive, for 4 GFLOP of work. */
 int attn_heads_in_parallel(const attn_problem *p, int64_t nrows);
 
-/* rows[] sorted: the index past the last listed row of rows[r0]'s head. */
-int64_t attn_head_end(const int64_t *rows, int64_t nrows, int64_t r0, int64_t N);
+/* One pass over sorted rows[], a head at a time, shared by the reference and the check's bounds:
+ * decode() fills `head` (head_bytes, one per thread) from head bh, then row() handles the r-th listed
+ * row of that head with `scratch` (row_bytes, one per thread). `parallel` says whether decode() may
+ * spread its own loop over the threads (long heads) or runs on one (short heads). */
+typedef struct {
+    size_t head_bytes, row_bytes;
+    void (*decode)(void *ctx, int64_t bh, void *head, int parallel);
+    void (*row)(void *ctx, int64_t r, const void *head, void *scratch);
+    void *ctx;
+} attn_head_walk;
+
+/* Nonzero when a thread's head or row scratch could not be allocated. */
+int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, const attn_head_walk *w);
 
 #ifdef __cplusplus
 }
