@@ -150,7 +150,8 @@ static struct {
 static int inputs_are_held(const attn_inputs *in) {
     int dev = -1;
     return held.q && in->q == held.hq && in->k == held.hk && in->v == held.hv &&
-           attn_qkv_elems(&in->p) == held.elems && attn_rows(&in->p) == held.rows && cudaGetDevice(&dev) == cudaSuccess && dev == held.dev;
+           attn_qkv_elems(&in->p) == held.elems && attn_rows(&in->p) == held.rows &&
+           cudaGetDevice(&dev) == cudaSuccess && dev == held.dev;
 }
 
 void attn_gpu_release_inputs(void) {
@@ -176,8 +177,9 @@ attn_status attn_gpu_hold_inputs(const attn_inputs *in) {
     held.l2 = held.o2 ? attn_alloc(lse_bytes) : NULL;
     if (e != cudaSuccess || !held.l2) {
         attn_gpu_release_inputs();
-        return e != cudaSuccess ? attn_fail(ATTN_ENOMEM, "holding the inputs on the GPU: %s", cudaGetErrorString(e))
-                                : attn_fail(ATTN_ENOMEM, "no host memory for the repeatability copy");
+        return e != cudaSuccess
+                   ? attn_fail(ATTN_ENOMEM, "holding the inputs on the GPU: %s", cudaGetErrorString(e))
+                   : attn_fail(ATTN_ENOMEM, "no host memory for the repeatability copy");
     }
     held.hq = in->q, held.hk = in->k, held.hv = in->v, held.elems = attn_qkv_elems(&in->p);
     held.rows = attn_rows(&in->p);
