@@ -12,11 +12,13 @@
  *     next K can land while this tile's softmax runs.
  * No __syncthreads in the key loop: each consumer runs ahead as far as the ring allows, and the two
  * drift apart, so one's softmax often runs while the other's wgmma does (stage 09 schedules that on
- * purpose). setmaxnreg moves registers to where the work is: the block starts with 65536 / 384 = 168
- * per thread; the producer drops to 24, the consumers rise to 240 (128 x 24 + 256 x 240 = 64512).
+ * purpose). setmaxnreg moves registers to where the work is: at D = 128 and 256 the block starts with
+ * 65536 / 384 = 168 per thread; the producer drops to 24, the consumers rise to 240 (128 x 24 +
+ * 256 x 240 = 64512); at D = 64, two blocks to an SM, 80 become 24 and 104 (tiles table below).
  * Changed versus stage 07: 384 threads instead of 256; the refill moved from the end of the consumer's
  * tile to the producer's loop; full/empty barrier pairs instead of full barriers and __syncthreads; the
- * ring is deeper where shared memory allows (D = 64: 4 stages).
+ * ring is deeper where shared memory allows (D = 64: 4 stages; the 128 x 64 tiles and two blocks per SM
+ * are stage 07's).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
@@ -32,18 +34,25 @@
 
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
- *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of 240)
- *   64    128 x 128   2             4        16 + 4 x (16 + 16) = 144 KB   64 +  32 + 32
- *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32
- *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16
+ *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   consumer registers: S + O + P
+ *   64    128 x 64    2             4        16 + 4 x ( 8 +  8) =  80 KB   32 +  32 + 16 (of 104; 2/SM)
+ *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32 (of 240)
+ *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16 (of 240)
  * Warpgroup 0 is the producer; warpgroups 1 and 2 own rows 0..63 and 64..127 of the Q tile.
+ * The tiles are stage 07's, so that the diff shows only the split of roles: at D = 64 two blocks share
+ * an SM, and each keeps to 65536 / (2 x 384) = 85 registers a thread, 80 once rounded to 8. The
+ * producer gives back 80 - 24 = 56 of its 128 threads' each; the consumers take them: 80 + 56 x 128 / 256
+ * = 108, 104 rounded down to 8 (setmaxnreg's unit).
  */
 static constexpr int BR = 128, THREADS = 384, CONSUMERS = 256;
-static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+static constexpr int PRODUCER_REGS = 24;
 /* Br is 128 at every head dim here (stage 09 varies it) */
 static __host__ __device__ constexpr int br_for(int) { return BR; }
-static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : 128; }
+static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
+/* __launch_bounds__'s minimum blocks per SM, and what the consumers' setmaxnreg claims */
+static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
+static __host__ __device__ constexpr int consumer_regs_for(int d) { return d == 64 ? 104 : 240; }
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
     return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
@@ -137,7 +146,7 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(THREADS, 1)
+__global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     warp_specialized_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int BC = bc_for(D), S = stages_for(D);
     int mb;
@@ -163,7 +172,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0) produce<D>(&p, &sm, q0, kr.n_tiles - 1, kr.n_tiles, (int)bh);
     } else {
-        hop_regs_claim<CONSUMER_REGS>();
+        hop_regs_claim<consumer_regs_for(D)>();
         consume<BF16, D, CAUSAL>(&p, &sm, kr, wg - 1, q0, bh);
     }
 }
