@@ -50,9 +50,21 @@ static constexpr int PRODUCER_REGS = 24;
 static __host__ __device__ constexpr int br_for(int) { return BR; }
 static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
-/* __launch_bounds__'s minimum blocks per SM, and what the consumers' setmaxnreg claims */
+/* __launch_bounds__'s minimum blocks per SM */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
-static __host__ __device__ constexpr int consumer_regs_for(int d) { return d == 64 ? 104 : 240; }
+/* setmaxnreg in steps of 8: each thread starts with its block's share of the 65536 (168, or 80 at two
+ * blocks per SM); the consumers add what the producer gives back, up to the 240 an SM allows with a
+ * producer at 24 */
+static __host__ __device__ constexpr int entry_regs(int d) {
+    return 65536 / blocks_per_sm(d) / THREADS / 8 * 8;
+}
+static __host__ __device__ constexpr int consumer_regs_share(int d) {
+    return (entry_regs(d) + (entry_regs(d) - PRODUCER_REGS) * (THREADS - CONSUMERS) / CONSUMERS) / 8 * 8;
+}
+static __host__ __device__ constexpr int consumer_regs_for(int d) {
+    return consumer_regs_share(d) < 240 ? consumer_regs_share(d) : 240;
+}
+static_assert(consumer_regs_for(64) == 104 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
     return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
