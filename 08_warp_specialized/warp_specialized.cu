@@ -52,17 +52,9 @@ static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 :
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
 /* __launch_bounds__'s minimum blocks per SM */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
-/* setmaxnreg in steps of 8: each thread starts with its block's share of the 65536 (168, or 80 at two
- * blocks per SM); the consumers add what the producer gives back, up to the 240 an SM allows with a
- * producer at 24 */
-static __host__ __device__ constexpr int entry_regs(int d) {
-    return 65536 / blocks_per_sm(d) / THREADS / 8 * 8;
-}
-static __host__ __device__ constexpr int consumer_regs_share(int d) {
-    return (entry_regs(d) + (entry_regs(d) - PRODUCER_REGS) * (THREADS - CONSUMERS) / CONSUMERS) / 8 * 8;
-}
+/* setmaxnreg's claim for the consumers: 240 with the SM to one block, 104 with two (tiles table) */
 static __host__ __device__ constexpr int consumer_regs_for(int d) {
-    return consumer_regs_share(d) < 240 ? consumer_regs_share(d) : 240;
+    return hop_consumer_regs(THREADS, blocks_per_sm(d), PRODUCER_REGS);
 }
 static_assert(consumer_regs_for(64) == 104 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */

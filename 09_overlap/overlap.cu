@@ -55,12 +55,10 @@ static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 
 /* setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the 65536, rounded down
  * to a multiple of 8 (2 consumers: 240, 3 consumers: 160) */
 static constexpr int PRODUCER_REGS = 24;
-static __host__ __device__ constexpr int consumer_regs_share(int d) {
-    return (65536 / 128 - PRODUCER_REGS) / consumers_for(d) / 8 * 8;
-}
 static __host__ __device__ constexpr int consumer_regs_for(int d) {
-    return consumer_regs_share(d) < 240 ? consumer_regs_share(d) : 240;
+    return hop_consumer_regs(threads_for(d), 1, PRODUCER_REGS);
 }
+static_assert(consumer_regs_for(64) == 160 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
     return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +

@@ -212,6 +212,18 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
     }
 }
 
+/* What setmaxnreg can give each consumer thread of a block of `threads` threads (warpgroup 0 the
+ * producer, dropping to `producer` registers; the rest consumers) with `blocks` blocks per SM. Every
+ * thread starts with its block's share of the SM's 65536 registers, rounded down to setmaxnreg's step
+ * of 8; the consumers add what the producer's 128 threads give back, rounded down to 8 again, and
+ * never more than setmaxnreg's 256. Example: 384 threads, 1 block: 168 at entry, 240 for the consumers;
+ * 2 blocks: 80 and 104. */
+static __host__ __device__ constexpr int hop_consumer_regs(int threads, int blocks, int producer) {
+    const int entry = 65536 / blocks / threads / 8 * 8;
+    const int claim = (entry + (entry - producer) * 128 / (threads - 128)) / 8 * 8;
+    return claim < 256 ? claim : 256;
+}
+
 /* The thread's first query row inside the block's Q tile: warpgroup wg, warp in it, lane group g. */
 static __device__ __forceinline__ int hop_thread_row(int wg) {
     return wg * 64 + (int)((threadIdx.x >> 5) & 3) * 16 + (int)((threadIdx.x & 31) >> 2);
