@@ -161,6 +161,14 @@ template <int BC> struct pending_pv {
     float alpha[2];
 };
 
+/* O *= alpha, skipped when no row of the warp moved its max (the lazy softmax's alpha is exactly 1
+ * then): after the first tiles that is most of them, and each skip saves 64 multiplies a thread at
+ * D = 128 (D / 2) that would compete for issue slots with the other warpgroup's softmax. */
+template <int D>
+static __device__ __forceinline__ void rescale_o_if_needed(float (&o)[D / 2], const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) hop_rescale_o<D>(o, alpha);
+}
+
 /* First tile of an item (the block's it-th): S_0 = Q K_0^T in its own window, waited for, then its
  * softmax (O is 0: alpha_0 scales 0). */
 template <int BF16, int D, int CAUSAL, int MASK>
@@ -178,7 +186,7 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
     hop_settle(s);
     hop_mbar_arrive(sm->k_empty + 8 * buf);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
-    hop_online_softmax<BC>(s, r->m, r->l, pv->alpha, p->scale_log2);
+    hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pv->p);
 }
 
@@ -198,7 +206,7 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
     hop_mbar_wait(sm->k_full + 8 * buf, (it / S) & 1);
     gemm_window_open(wg);
     hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
-    hop_rescale_o<D>(r->o, pv->alpha);
+    rescale_o_if_needed<D>(r->o, pv->alpha);
     hop_mbar_wait(sm->v_full + 8 * prev, ((it - 1) / S) & 1);
     hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
     gemm_window_close<consumers_for(D)>(wg, 0);
@@ -206,7 +214,7 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
     hop_settle(s);
     hop_mbar_arrive(sm->k_empty + 8 * buf);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
-    hop_online_softmax<BC>(s, r->m, r->l, pv->alpha, p->scale_log2);
+    hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
     hop_mbar_arrive(sm->v_empty + 8 * prev);
@@ -223,7 +231,7 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const uint32_t prev = (it - 1) % S;
     hop_mbar_arrive(sm->q_empty);
-    hop_rescale_o<D>(r->o, pv->alpha);
+    rescale_o_if_needed<D>(r->o, pv->alpha);
     hop_mbar_wait(sm->v_full + 8 * prev, ((it - 1) / S) & 1);
     gemm_window_open(wg);
     hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);

@@ -135,8 +135,14 @@ template <int D> static __device__ __forceinline__ void hop_rows_init(hop_rows<D
  * The online softmax of one tile (stage 04's lines, on this layout): per row the new max over the tile
  * and the quad, alpha = 2^(m_old - m_new) in base-2 units, P = 2^(x - m) in place of the scores,
  * l = alpha l + sum P. Returns alpha of both rows: the caller rescales O, now or (stage 09) later.
+ * LAZY (stage 09, FlashAttention-4's conditional rescaling): a row keeps its old m unless the tile
+ * raises it by more than HOP_LAZY_SLACK base-2 units, and then alpha is exactly 1, so that the caller
+ * may skip O *= alpha (after the first few tiles the max rarely moves that much). P then reaches at
+ * most 2^8 = 256, and l and O grow by as much: far inside fp16, bf16 and fp32 range; O / l and
+ * LSE = m + log l do not depend on which m was used.
  */
-template <int BC>
+#define HOP_LAZY_SLACK 8.f
+template <int BC, int LAZY = 0>
 static __device__ __forceinline__ void hop_online_softmax(float (&s)[BC / 2], float (&m)[2], float (&l)[2],
                                                           float (&alpha)[2], float sl2) {
 #pragma unroll
@@ -148,8 +154,11 @@ static __device__ __forceinline__ void hop_online_softmax(float (&s)[BC / 2], fl
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         /* a row with no visible key yet has mx = -inf: subtract 0 instead, so -inf - -inf never makes a
          * NaN (its P are all 0 anyway); m_old = -inf gives alpha = 2^-inf = 0 */
+        /* LAZY: mx - m is NaN while both are -inf (no visible key yet), so the test fails, mx stays
+         * -inf and alpha = 1 scales an O and an l that are still 0 */
+        if (LAZY && (mx - m[h]) * sl2 <= HOP_LAZY_SLACK) mx = m[h];
         const float m_scaled = (mx == -INFINITY ? 0.f : mx) * sl2;
-        alpha[h] = fast_exp2(fmaf(m[h], sl2, -m_scaled));
+        alpha[h] = LAZY && mx == m[h] ? 1.f : fast_exp2(fmaf(m[h], sl2, -m_scaled));
         m[h] = mx;
         float sum = 0.f;
 #pragma unroll
