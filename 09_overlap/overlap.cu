@@ -21,7 +21,8 @@
  * bracketed by the ping-pong barriers. Engineering measured in README.md's road table: 3 consumer
  * warpgroups at D = 64, 176-key tiles at D = 128, and blocks that loop over work units (a persistent
  * grid; causal units pair a head's longest row block with its shortest), with a q_empty barrier so
- * that the producer can reload Q.
+ * that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a tile's
+ * exponentials would pass 2^8, so most tiles skip O *= alpha).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
