@@ -153,9 +153,8 @@ static __device__ __forceinline__ void hop_online_softmax(float (&s)[BC / 2], fl
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         /* a row with no visible key yet has mx = -inf: subtract 0 instead, so -inf - -inf never makes a
-         * NaN (its P are all 0 anyway); m_old = -inf gives alpha = 2^-inf = 0 */
-        /* LAZY: mx - m is NaN while both are -inf (no visible key yet), so the test fails, mx stays
-         * -inf and alpha = 1 scales an O and an l that are still 0 */
+         * NaN (its P are all 0 anyway); m_old = -inf gives alpha = 2^-inf = 0. With LAZY, mx - m is NaN
+         * while both are -inf, the test fails, mx stays -inf and alpha = 1 scales an O and l still 0 */
         if (LAZY && (mx - m[h]) * sl2 <= HOP_LAZY_SLACK) mx = m[h];
         const float m_scaled = (mx == -INFINITY ? 0.f : mx) * sl2;
         alpha[h] = LAZY && mx == m[h] ? 1.f : fast_exp2(fmaf(m[h], sl2, -m_scaled));
