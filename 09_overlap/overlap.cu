@@ -19,10 +19,10 @@
  * Changed versus stage 08: the key loop became a software pipeline (a prologue computing S_0 and its
  * softmax, steps issuing S_j with P_(j-1) V_(j-1), an epilogue issuing the last P V); the GEMM issue is
  * bracketed by the ping-pong barriers. Engineering measured in README.md's road table: 3 consumer
- * warpgroups at D = 64, 176-key tiles at D = 128, and blocks that loop over work units (a persistent
- * grid; causal units pair a head's longest row block with its shortest), with a q_empty barrier so
- * that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a tile's
- * exponentials would pass 2^8, so most tiles skip O *= alpha).
+ * warpgroups at D = 64, a key-tile width per problem at D = 128 (128 or 192 keys), and blocks that
+ * loop over work units (a persistent grid; causal units pair a head's longest row block with its
+ * shortest), with a q_empty barrier so that the producer can reload Q, and a lazy rescale of O (a row
+ * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
@@ -40,19 +40,38 @@
  * ---- tiles ----------------------------------------------------------------------------------------
  *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of)
  *   64    192 x 128   3             4        24 + 4 x (16 + 16) = 152 KB   64 +  32 + 32 (160)
- *   128   128 x 176   2             2        32 + 2 x (44 + 44) = 208 KB   88 +  64 + 44 (240)
+ *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32 (240)
+ *   128   128 x 192   2             2        32 + 2 x (48 + 48) = 224 KB   96 +  64 + 48 (240)
  *   256   128 x 64    2             2        64 + 2 x (32 + 32) = 192 KB   32 + 128 + 16 (240)
  * Warpgroup 0 is the producer; consumer warpgroup c (1..W) owns rows 64(c-1) .. 64c-1 of the Q tile.
  *
  * The tile shape per head dim (README.md's road table has what each choice measured). D = 64 runs
  * three consumer warpgroups (Br = 192): its GEMMs are short next to its exponentials, so two
  * warpgroups can be in their softmax while the third multiplies (+12 to +19% over two). D = 128
- * takes 176 keys per tile (+1 to +5% over 128: fewer tiles, fewer barriers and rescales). */
+ * chooses its Bc per problem, keys_per_tile() below. */
 static __host__ __device__ constexpr int consumers_for(int d) { return d == 64 ? 3 : 2; }
 static __host__ __device__ constexpr int br_for(int d) { return 64 * consumers_for(d); }
 static __host__ __device__ constexpr int threads_for(int d) { return 128 * (1 + consumers_for(d)); }
-static __host__ __device__ constexpr int bc_for(int d) { return d == 256 ? 64 : d == 128 ? 176 : 128; }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
+/* The narrow Bc of each head dim, and D = 128's wide one */
+static constexpr int BC_NARROW_64 = 128, BC_NARROW_128 = 128, BC_WIDE_128 = 192, BC_256 = 64;
+static __host__ __device__ constexpr int narrow_bc_for(int d) {
+    return d == 64 ? BC_NARROW_64 : d == 128 ? BC_NARROW_128 : BC_256;
+}
+/*
+ * Keys per tile for a problem. Wider tiles mean fewer tiles per row, so fewer barriers, row maxima and
+ * O rescales, but N rounds up to a whole tile and the padding is computed. Measured at D = 128 (road
+ * table): non-causal, 192-key tiles are 1-2% faster per key than 128-key ones at N = 8192 and 16384,
+ * but at N = 4096 they pad to 4224 keys (22 tiles) where 128 pads to none, and lose 7-8% (176-key
+ * tiles, padding the same, 4%). So 192 is taken when its padded keys are within 1/64 of 128's. Causal: 128, whose diagonal band is one tile
+ * wide (+1.4 to +3.3% over 176-key tiles at N <= 8192, -1% at 16384).
+ */
+static int keys_per_tile(int d, int causal, int64_t n) {
+    if (d != 128 || causal) return narrow_bc_for(d);
+    const int64_t narrow = (n + BC_NARROW_128 - 1) / BC_NARROW_128 * BC_NARROW_128;
+    const int64_t wide = (n + BC_WIDE_128 - 1) / BC_WIDE_128 * BC_WIDE_128;
+    return wide <= narrow + narrow / 64 ? BC_WIDE_128 : BC_NARROW_128;
+}
 /* setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the 65536, rounded down
  * to a multiple of 8 (2 consumers: 240, 3 consumers: 160) */
 static constexpr int PRODUCER_REGS = 24;
@@ -61,8 +80,8 @@ static __host__ __device__ constexpr int consumer_regs_for(int d) {
 }
 static_assert(consumer_regs_for(64) == 160 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
-static __host__ __device__ constexpr int smem_bytes(int d) {
-    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
+static __host__ __device__ constexpr int smem_bytes(int d, int bc) {
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) +
            8 * (2 + 4 * stages_for(d)) + 1024;
 }
 
@@ -73,8 +92,8 @@ typedef struct {
     uint32_t q_empty, k_empty, v_empty; /* read by every consumer thread */
 } smem_layout;
 
-template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
-    constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
+template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
+    constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
     smem_layout s;
     s.q = base;
     s.k = s.q + hop_tile_bytes(br_for(D), D);
@@ -115,9 +134,9 @@ template <int CAUSAL> static __device__ __forceinline__ int unit_row_block(int i
  * first waits until the consumers have released use u-1: the empty barrier's phase u-1, parity
  * (u - 1) & 1. Counters are unsigned: S is a power of two, so % S and the parities survive wrapping.
  */
-template <int D, int CAUSAL>
+template <int D, int BC, int CAUSAL>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm) {
-    constexpr int BR = br_for(D), BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
     const int64_t per_head = units_per_head<CAUSAL>(tr), units = per_head * p->bh;
@@ -172,11 +191,11 @@ static __device__ __forceinline__ void rescale_o_if_needed(float (&o)[D / 2], co
 
 /* First tile of an item (the block's it-th): S_0 = Q K_0^T in its own window, waited for, then its
  * softmax (O is 0: alpha_0 scales 0). */
-template <int BF16, int D, int CAUSAL, int MASK>
+template <int BF16, int D, int BC, int CAUSAL, int MASK>
 static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *p, const smem_layout *sm,
-                                                         hop_rows<D> *r, pending_pv<bc_for(D)> *pv,
-                                                         uint32_t it, int j, int wg, int row0) {
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+                                                         hop_rows<D> *r, pending_pv<BC> *pv, uint32_t it,
+                                                         int j, int wg, int row0) {
+    constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const uint32_t buf = it % S;
     float s[BC / 2];
     hop_mbar_wait(sm->k_full + 8 * buf, (it / S) & 1);
@@ -197,11 +216,11 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
  * softmax j while P V runs; wait for P V, release V_(j-1), and only then pack P_j into the registers
  * P V has finished reading: one P buffer, no register read by a wgmma in flight is rewritten.
  */
-template <int BF16, int D, int CAUSAL, int MASK>
+template <int BF16, int D, int BC, int CAUSAL, int MASK>
 static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, const smem_layout *sm,
-                                                     hop_rows<D> *r, pending_pv<bc_for(D)> *pv, uint32_t it,
-                                                     int j, int wg, int row0) {
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+                                                     hop_rows<D> *r, pending_pv<BC> *pv, uint32_t it, int j,
+                                                     int wg, int row0) {
+    constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const uint32_t buf = it % S, prev = (it - 1) % S;
     float s[BC / 2];
     hop_mbar_wait(sm->k_full + 8 * buf, (it / S) & 1);
@@ -225,11 +244,11 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
 /* The item's last P V. Every S = Q K^T of the item has completed, so Q is released first: the
  * producer loads the next item's Q while this P V and the stores run. `last`: the block's last item,
  * whose window is the last one. */
-template <int BF16, int D>
+template <int BF16, int D, int BC>
 static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, hop_rows<D> *r,
-                                                         const pending_pv<bc_for(D)> *pv, uint32_t it, int wg,
+                                                         const pending_pv<BC> *pv, uint32_t it, int wg,
                                                          int last) {
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const uint32_t prev = (it - 1) % S;
     hop_mbar_arrive(sm->q_empty);
     rescale_o_if_needed<D>(r->o, pv->alpha);
@@ -244,9 +263,9 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
 
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
-template <int BF16, int D, int CAUSAL>
+template <int BF16, int D, int BC, int CAUSAL>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
-    constexpr int BR = br_for(D), BC = bc_for(D);
+    constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
     const int64_t per_head = units_per_head<CAUSAL>(tr), units = per_head * p->bh;
     uint32_t it = 0, item = 0;
@@ -266,24 +285,24 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
             hop_mbar_wait(sm->q_full, item & 1);
             int j = kr.n_tiles - 1;
             if (j >= kr.n_plain)
-                pipeline_prologue<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+                pipeline_prologue<BF16, D, BC, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
             else
-                pipeline_prologue<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
+                pipeline_prologue<BF16, D, BC, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
             for (--j, ++it; j >= kr.n_plain; --j, ++it)
-                pipeline_step<BF16, D, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
-            for (; j >= 0; --j, ++it) pipeline_step<BF16, D, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
-            pipeline_epilogue<BF16, D>(sm, &r, &pv, it, wg, last);
+                pipeline_step<BF16, D, BC, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+            for (; j >= 0; --j, ++it) pipeline_step<BF16, D, BC, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
+            pipeline_epilogue<BF16, D, BC>(sm, &r, &pv, it, wg, last);
             hop_store_o_lse<BF16, D>(p, &r, (int)(u / per_head), row0);
         }
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
-template <int BF16, int D, int CAUSAL>
+template <int BF16, int D, int BC, int CAUSAL>
 __global__ void __launch_bounds__(threads_for(D), 1)
     overlap_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
-    const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
+    const smem_layout sm = smem_map<D, BC>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
     if (threadIdx.x == 0) {
         hop_mbar_init(sm.q_full, 1);
         hop_mbar_init(sm.q_empty, CONSUMERS);
@@ -299,10 +318,10 @@ __global__ void __launch_bounds__(threads_for(D), 1)
     const int wg = (int)(threadIdx.x >> 7);
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
-        if (threadIdx.x == 0) produce<D, CAUSAL>(&p, &sm);
+        if (threadIdx.x == 0) produce<D, BC, CAUSAL>(&p, &sm);
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-        consume<BF16, D, CAUSAL>(&p, &sm, wg - 1);
+        consume<BF16, D, BC, CAUSAL>(&p, &sm, wg - 1);
     }
 }
 
@@ -313,19 +332,29 @@ __global__ void __launch_bounds__(threads_for(D), 1)
  * items differ up to Tr-fold: striding over them left some SMs with twice the work of others
  * (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335 with one item per block), hence the
  * (long, short) pairs of unit_row_block(), which make causal units even and let causal grids persist. */
-template <int BF16, int D, int CAUSAL>
-static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
-    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, CAUSAL>;
-    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 09");
+template <int BF16, int D, int BC, int CAUSAL>
+static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
+    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL>;
+    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09");
     if (st != ATTN_OK) return st;
     int dev = 0, sms = 0;
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D), units = (CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
     const int64_t blocks = units < sms ? units : sms;
-    kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D), stream>>>(*kp);
+    kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
     ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
     return ATTN_OK;
+}
+
+/* The kernel with the Bc that keys_per_tile() gave hop_attn_setup for the K/V boxes: only D = 128
+ * without the mask has two (the wide one is instantiated there only). */
+template <int BF16, int D, int CAUSAL>
+static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+    if constexpr (D == 128 && !CAUSAL)
+        if (keys_per_tile(D, CAUSAL, kp->n) == BC_WIDE_128)
+            return launch_tiles<BF16, D, BC_WIDE_128, CAUSAL>(kp, stream);
+    return launch_tiles<BF16, D, narrow_bc_for(D), CAUSAL>(kp, stream);
 }
 
 HOP_STAGE_ENTRY(stage09_run, "09")

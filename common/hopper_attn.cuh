@@ -238,8 +238,9 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
 }
 
 /* The registry entry each Hopper stage ends with: tensor maps and scale for the problem
- * (hop_attn_setup, with the stage's Br and Bc for the head dim: its br_for() and bc_for()), then the
- * stage's own launch<BF16, D, CAUSAL> for the problem's dtype, mask and head dim. One copy here, so
+ * (hop_attn_setup, with the stage's Br for the head dim, its br_for(), and its Bc for the problem, its
+ * keys_per_tile(D, causal, N)), then the stage's own launch<BF16, D, CAUSAL> for the problem's dtype,
+ * mask and head dim. One copy here, so
  * that a stage's file holds only its kernel and how it is launched. */
 #define HOP_STAGE_ENTRY(run_fn, id)                                                                          \
     template <int BF16, int CAUSAL>                                                                          \
@@ -254,7 +255,8 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
     }                                                                                                        \
     extern "C" attn_status run_fn(const attn_problem *pr, const attn_args *a) {                              \
         hop_attn_params kp;                                                                                  \
-        attn_status st = hop_attn_setup(&kp, pr, a, br_for((int)pr->D), bc_for((int)pr->D), id);             \
+        attn_status st = hop_attn_setup(&kp, pr, a, br_for((int)pr->D),                                      \
+                                        keys_per_tile((int)pr->D, pr->causal, pr->N), id);                   \
         if (st != ATTN_OK) return st;                                                                        \
         const cudaStream_t s = (cudaStream_t)a->stream;                                                      \
         if (pr->dtype == ATTN_BF16)                                                                          \
