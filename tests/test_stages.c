@@ -18,7 +18,7 @@
  * and the hostile inputs) run one after another in it. Criterion forks a process per test, and on the
  * H200 each process cost 0.19-0.20 s whatever the stage ran (2026-12-01, 16 in parallel: stages
  * 02-05, 455 one-case processes in 88 s; 06a-06e, 321 in 61 s; 06-10, 809 in 156 s), so with one case
- * per process most of make check's time there was process set-up; a group pays it once for up to 32
+ * per process most of make check's time there was process set-up; a group pays it once for up to 34
  * cases. Every case still reports its own failure (cr_expect), and `--verbose` names each case before
  * it runs, so a crash points at its case. */
 typedef struct {
@@ -26,7 +26,9 @@ typedef struct {
     int D, dtype;
 } stage_group;
 
-static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000};
+/* 1100: stage 09 at D = 128, non-causal, takes 192-key tiles there (its keys_per_tile()): six, the
+ * last 140 keys full, so its pipeline steps run at that width; at N = 129 it takes one such tile. */
+static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000, 1100};
 #define NUM_N ((int)(sizeof case_N / sizeof case_N[0]))
 /* The hostile inputs at fewer shapes: a short row, a ragged tail and a long one. */
 static const int hostile_N[] = {17, 129, 1000};
