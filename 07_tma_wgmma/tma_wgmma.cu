@@ -54,8 +54,6 @@ static constexpr int BR = 128, THREADS = 256, STAGES = 2;
 /* Br is 128 at every head dim here (stage 09 varies it) */
 static __host__ __device__ constexpr int br_for(int) { return BR; }
 static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
-/* Bc for a problem (the K/V boxes of hop_attn_setup): the head dim's, whatever N and the mask */
-static int keys_per_tile(int d, int, int64_t) { return bc_for(d); }
 /* __launch_bounds__'s minimum blocks per SM: 2 at D = 64 caps registers at 65536 / 512 = 128 */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
 /* Q, the K ring, the V ring, 1 + 2 x stages mbarriers, and 1 KB to round the base up to 1024 */

@@ -49,8 +49,6 @@ static constexpr int PRODUCER_REGS = 24;
 /* Br is 128 at every head dim here (stage 09 varies it) */
 static __host__ __device__ constexpr int br_for(int) { return BR; }
 static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
-/* Bc for a problem (the K/V boxes of hop_attn_setup): the head dim's, whatever N and the mask */
-static int keys_per_tile(int d, int, int64_t) { return bc_for(d); }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
 /* __launch_bounds__'s minimum blocks per SM */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }

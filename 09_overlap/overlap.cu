@@ -53,11 +53,9 @@ static __host__ __device__ constexpr int consumers_for(int d) { return d == 64 ?
 static __host__ __device__ constexpr int br_for(int d) { return 64 * consumers_for(d); }
 static __host__ __device__ constexpr int threads_for(int d) { return 128 * (1 + consumers_for(d)); }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
-/* The narrow Bc of each head dim, and D = 128's wide one */
-static constexpr int BC_NARROW_64 = 128, BC_NARROW_128 = 128, BC_WIDE_128 = 192, BC_256 = 64;
-static __host__ __device__ constexpr int narrow_bc_for(int d) {
-    return d == 64 ? BC_NARROW_64 : d == 128 ? BC_NARROW_128 : BC_256;
-}
+/* Bc: 128 keys, 64 at D = 256 (shared memory); D = 128 non-causal may take 192 (keys_per_tile) */
+static __host__ __device__ constexpr int narrow_bc_for(int d) { return d == 256 ? 64 : 128; }
+static constexpr int WIDE_BC_128 = 192;
 /*
  * Keys per tile for a problem. Wider tiles mean fewer tiles per row, so fewer barriers, row maxima and
  * O rescales, but N rounds up to a whole tile and the padding is computed. Measured at D = 128 (road
@@ -67,10 +65,11 @@ static __host__ __device__ constexpr int narrow_bc_for(int d) {
  * wide (+1.4 to +3.3% over 176-key tiles at N <= 8192, -1% at 16384).
  */
 static int keys_per_tile(int d, int causal, int64_t n) {
-    if (d != 128 || causal) return narrow_bc_for(d);
-    const int64_t narrow = (n + BC_NARROW_128 - 1) / BC_NARROW_128 * BC_NARROW_128;
-    const int64_t wide = (n + BC_WIDE_128 - 1) / BC_WIDE_128 * BC_WIDE_128;
-    return wide <= narrow + narrow / 64 ? BC_WIDE_128 : BC_NARROW_128;
+    const int narrow = narrow_bc_for(d);
+    if (d != 128 || causal) return narrow;
+    const int64_t narrow_keys = (n + narrow - 1) / narrow * narrow;
+    const int64_t wide_keys = (n + WIDE_BC_128 - 1) / WIDE_BC_128 * WIDE_BC_128;
+    return wide_keys <= narrow_keys + narrow_keys / 64 ? WIDE_BC_128 : narrow;
 }
 /* setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the 65536, rounded down
  * to a multiple of 8 (2 consumers: 240, 3 consumers: 160) */
@@ -352,9 +351,9 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     if constexpr (D == 128 && !CAUSAL)
-        if (keys_per_tile(D, CAUSAL, kp->n) == BC_WIDE_128)
-            return launch_tiles<BF16, D, BC_WIDE_128, CAUSAL>(kp, stream);
+        if (keys_per_tile(D, CAUSAL, kp->n) == WIDE_BC_128)
+            return launch_tiles<BF16, D, WIDE_BC_128, CAUSAL>(kp, stream);
     return launch_tiles<BF16, D, narrow_bc_for(D), CAUSAL>(kp, stream);
 }
 
-HOP_STAGE_ENTRY(stage09_run, "09")
+HOP_STAGE_ENTRY_PER_PROBLEM(stage09_run, "09")

@@ -240,9 +240,13 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
 /* The registry entry each Hopper stage ends with: tensor maps and scale for the problem
  * (hop_attn_setup, with the stage's Br for the head dim, its br_for(), and its Bc for the problem, its
  * keys_per_tile(D, causal, N)), then the stage's own launch<BF16, D, CAUSAL> for the problem's dtype,
- * mask and head dim. One copy here, so
- * that a stage's file holds only its kernel and how it is launched. */
+ * mask and head dim. One copy here, so that a stage's file holds only its kernel and how it is
+ * launched. HOP_STAGE_ENTRY is for a stage whose Bc depends on the head dim only (its bc_for());
+ * a stage that chooses Bc per problem defines keys_per_tile() and ends with HOP_STAGE_ENTRY_PER_PROBLEM. */
 #define HOP_STAGE_ENTRY(run_fn, id)                                                                          \
+    static int keys_per_tile(int d, int, int64_t) { return bc_for(d); }                                      \
+    HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id)
+#define HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id)                                                              \
     template <int BF16, int CAUSAL>                                                                          \
     static attn_status launch_for_dim(int64_t D, const hop_attn_params *kp, cudaStream_t s) {                \
         switch (D) {                                                                                         \
