@@ -61,8 +61,9 @@ static constexpr int WIDE_BC_128 = 192;
  * O rescales, but N rounds up to a whole tile and the padding is computed. Measured at D = 128 (road
  * table): non-causal, 192-key tiles are 1-2% faster per key than 128-key ones at N = 8192 and 16384,
  * but at N = 4096 they pad to 4224 keys (22 tiles) where 128 pads to none, and lose 7-8% (176-key
- * tiles, padding the same, 4%). So 192 is taken when its padded keys are within 1/64 of 128's. Causal: 128, whose diagonal band is one tile
- * wide (+1.4 to +3.3% over 176-key tiles at N <= 8192, -1% at 16384).
+ * tiles, padding the same, 4%). So 192 is taken when its padded keys are within 1/64 of 128's.
+ * Causal: 128, whose diagonal band is one tile wide (+1.4 to +3.3% over 176-key tiles at N <= 8192,
+ * -1% at 16384).
  */
 static int keys_per_tile(int d, int causal, int64_t n) {
     const int narrow = narrow_bc_for(d);
@@ -347,7 +348,8 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
 }
 
 /* The kernel with the Bc that keys_per_tile() gave hop_attn_setup for the K/V boxes: only D = 128
- * without the mask has two (the wide one is instantiated there only). */
+ * non-causal has two (the wide one is instantiated there only). keys_per_tile() runs again here: a
+ * few integer operations per launch, where storing Bc in hop_attn_params would change 07's and 08's. */
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     if constexpr (D == 128 && !CAUSAL)
