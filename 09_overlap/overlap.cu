@@ -48,12 +48,12 @@
  * The tile shape per head dim (README.md's road table has what each choice measured). D = 64 runs
  * three consumer warpgroups (Br = 192): its GEMMs are short next to its exponentials, so two
  * warpgroups can be in their softmax while the third multiplies (+12 to +19% over two). D = 128
- * chooses its Bc per problem, keys_per_tile() below. */
+ * chooses its Bc per problem, tile_keys() below. */
 static __host__ __device__ constexpr int consumers_for(int d) { return d == 64 ? 3 : 2; }
 static __host__ __device__ constexpr int br_for(int d) { return 64 * consumers_for(d); }
 static __host__ __device__ constexpr int threads_for(int d) { return 128 * (1 + consumers_for(d)); }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
-/* Bc: 128 keys, 64 at D = 256 (shared memory); D = 128 non-causal may take 192 (keys_per_tile) */
+/* Bc: 128 keys, 64 at D = 256 (shared memory); D = 128 non-causal may take 192 (tile_keys) */
 static __host__ __device__ constexpr int narrow_bc_for(int d) { return d == 256 ? 64 : 128; }
 static constexpr int WIDE_BC_128 = 192;
 /*
@@ -65,12 +65,36 @@ static constexpr int WIDE_BC_128 = 192;
  * Causal: 128, whose diagonal band is one tile wide (+1.4 to +3.3% over 176-key tiles at N <= 8192,
  * -1% at 16384).
  */
-static int keys_per_tile(int d, int causal, int64_t n) {
+static int tile_keys(int d, int causal, int64_t n) {
     const int narrow = narrow_bc_for(d);
     if (d != 128 || causal) return narrow;
     const int64_t narrow_keys = (n + narrow - 1) / narrow * narrow;
     const int64_t wide_keys = (n + WIDE_BC_128 - 1) / WIDE_BC_128 * WIDE_BC_128;
     return wide_keys <= narrow_keys + narrow_keys / 64 ? WIDE_BC_128 : narrow;
+}
+/*
+ * Pairs: non-causal problems with an even number of row blocks run as clusters of two blocks on
+ * adjacent row blocks of one head. Both need every K and V tile; each block loads half of it and the
+ * copy engine writes that half into both blocks, so L2 serves each K/V byte once per pair. At D = 128,
+ * 128 x 128 tiles, a K/V tile (64 KB) feeds 128 query rows: 128 flops a byte, about 4.7 TB/s of K and
+ * V at 600 TFLOP/s; pairs halve that. D = 64 gained nothing measurable (0 to +1%) and has no pairs.
+ * OVERLAP_NO_PAIRS builds without them.
+ */
+static __host__ __device__ constexpr int pairs_for(int d) {
+#ifdef OVERLAP_NO_PAIRS
+    return 0 * d;
+#else
+    return d >= 128;
+#endif
+}
+static int use_pairs(int d, int causal, int64_t n) {
+    const int64_t tr = (n + br_for(d) - 1) / br_for(d);
+    return pairs_for(d) && !causal && tr % 2 == 0;
+}
+/* The K/V box of the tensor maps (HOP_STAGE_ENTRY_PER_PROBLEM asks for it): a whole tile, or half of
+ * one when a pair shares it. */
+static int keys_per_tile(int d, int causal, int64_t n) {
+    return tile_keys(d, causal, n) / (use_pairs(d, causal, n) ? 2 : 1);
 }
 /* setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the 65536, rounded down
  * to a multiple of 8 (2 consumers: 240, 3 consumers: 160) */
@@ -118,13 +142,53 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
  * blocks' worth of keys whatever i is, so striding over pairs hands every SM the same work. With an
  * odd Tr the middle row block pairs with itself: its second half is empty (the loops skip it).
  */
-template <int CAUSAL> static __device__ __forceinline__ int64_t units_per_head(int tr) {
-    return CAUSAL ? (tr + 1) / 2 : tr;
+template <int CAUSAL, int PAIR> static __device__ __forceinline__ int64_t units_per_head(int tr) {
+    return PAIR ? tr / 2 : CAUSAL ? (tr + 1) / 2 : tr;
 }
 /* Row block of half `half` of unit i of a head: i itself (non-causal), or the pair's long and short
- * ends. The second half of an odd Tr's middle pair is that same row block: the caller skips it. */
-template <int CAUSAL> static __device__ __forceinline__ int unit_row_block(int i, int half, int tr) {
-    return !CAUSAL || half ? i : tr - 1 - i;
+ * ends. The second half of an odd Tr's middle pair is that same row block: the caller skips it.
+ * PAIR: unit i is row blocks 2i and 2i + 1, one for each block of the cluster. */
+template <int CAUSAL, int PAIR>
+static __device__ __forceinline__ int unit_row_block(int i, int half, int tr) {
+    return PAIR ? 2 * i + (int)hop_cluster_rank() : !CAUSAL || half ? i : tr - 1 - i;
+}
+/* A pair's two blocks take the same units: the cluster's index, then every (gridDim.x / 2)-th. */
+template <int PAIR> static __device__ __forceinline__ int64_t first_unit(void) {
+    return PAIR ? blockIdx.x >> 1 : blockIdx.x;
+}
+template <int PAIR> static __device__ __forceinline__ int64_t unit_stride(void) {
+    return PAIR ? gridDim.x >> 1 : gridDim.x;
+}
+
+/* K_j or V_j into the ring. PAIR: this block's half of the keys, written into both blocks of the
+ * cluster; each block announces the whole tile on its own barrier, since both halves land there. */
+template <int D, int BC, int PAIR>
+static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                    int key0, int bh) {
+    if (!PAIR) {
+        hop_load_tile<D>(dst, map, bar, BC, key0, bh);
+        return;
+    }
+    const int half = (int)hop_cluster_rank() * (BC / 2);
+    hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(BC, D));
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c)
+        hop_tma_load_3d_multicast(dst + (uint32_t)((c * BC + half) * 128), map, bar, c * 64, key0 + half, bh,
+                                  (uint16_t)0x3);
+}
+
+/* A consumer has read K_j or V_j. PAIR: the buffer is refilled by both blocks' copies, so each warp
+ * tells both blocks' producers (one arrival a warp: the barrier counts 2 x warps). */
+template <int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
+    if (!PAIR) {
+        hop_mbar_arrive(bar);
+        return;
+    }
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) {
+        hop_mbar_arrive(bar);
+        hop_mbar_arrive_cluster(hop_cluster_map(bar, hop_cluster_rank() ^ 1u));
+    }
 }
 
 /*
@@ -134,27 +198,27 @@ template <int CAUSAL> static __device__ __forceinline__ int unit_row_block(int i
  * first waits until the consumers have released use u-1: the empty barrier's phase u-1, parity
  * (u - 1) & 1. Counters are unsigned: S is a power of two, so % S and the parities survive wrapping.
  */
-template <int D, int BC, int CAUSAL>
+template <int D, int BC, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm) {
     constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t per_head = units_per_head<CAUSAL>(tr), units = per_head * p->bh;
+    const int64_t per_head = units_per_head<CAUSAL, PAIR>(tr), units = per_head * p->bh;
     uint32_t it = 0, item = 0;
-    for (int64_t u = blockIdx.x; u < units; u += gridDim.x)
+    for (int64_t u = first_unit<PAIR>(); u < units; u += unit_stride<PAIR>())
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
             const int bh = (int)(u / per_head), i = (int)(u % per_head);
             if (half && i == tr - 1 - i) break;
-            const int q0 = unit_row_block<CAUSAL>(i, half, tr) * BR;
+            const int q0 = unit_row_block<CAUSAL, PAIR>(i, half, tr) * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             if (item > 0) hop_mbar_wait(sm->q_empty, (item - 1) & 1);
             hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
             for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
                 const uint32_t buf = it % S, use = it / S;
                 if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
-                hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
+                load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh);
                 if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
-                hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
+                load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh);
             }
         }
 }
@@ -191,7 +255,7 @@ static __device__ __forceinline__ void rescale_o_if_needed(float (&o)[D / 2], co
 
 /* First tile of an item (the block's it-th): S_0 = Q K_0^T in its own window, waited for, then its
  * softmax (O is 0: alpha_0 scales 0). */
-template <int BF16, int D, int BC, int CAUSAL, int MASK>
+template <int BF16, int D, int BC, int CAUSAL, int MASK, int PAIR>
 static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *p, const smem_layout *sm,
                                                          hop_rows<D> *r, pending_pv<BC> *pv, uint32_t it,
                                                          int j, int wg, int row0) {
@@ -204,7 +268,7 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
     gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<0>();
     hop_settle(s);
-    hop_mbar_arrive(sm->k_empty + 8 * buf);
+    release_kv<PAIR>(sm->k_empty + 8 * buf);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pv->p);
@@ -216,7 +280,7 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
  * softmax j while P V runs; wait for P V, release V_(j-1), and only then pack P_j into the registers
  * P V has finished reading: one P buffer, no register read by a wgmma in flight is rewritten.
  */
-template <int BF16, int D, int BC, int CAUSAL, int MASK>
+template <int BF16, int D, int BC, int CAUSAL, int MASK, int PAIR>
 static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, const smem_layout *sm,
                                                      hop_rows<D> *r, pending_pv<BC> *pv, uint32_t it, int j,
                                                      int wg, int row0) {
@@ -232,19 +296,19 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
     gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<1>(); /* S_j done, P V may still run */
     hop_settle(s);
-    hop_mbar_arrive(sm->k_empty + 8 * buf);
+    release_kv<PAIR>(sm->k_empty + 8 * buf);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    hop_mbar_arrive(sm->v_empty + 8 * prev);
+    release_kv<PAIR>(sm->v_empty + 8 * prev);
     hop_pack_p<BF16, BC>(s, pv->p);
 }
 
 /* The item's last P V. Every S = Q K^T of the item has completed, so Q is released first: the
  * producer loads the next item's Q while this P V and the stores run. `last`: the block's last item,
  * whose window is the last one. */
-template <int BF16, int D, int BC>
+template <int BF16, int D, int BC, int PAIR>
 static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, hop_rows<D> *r,
                                                          const pending_pv<BC> *pv, uint32_t it, int wg,
                                                          int last) {
@@ -258,25 +322,25 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     gemm_window_close<consumers_for(D)>(wg, last);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    hop_mbar_arrive(sm->v_empty + 8 * prev);
+    release_kv<PAIR>(sm->v_empty + 8 * prev);
 }
 
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
-template <int BF16, int D, int BC, int CAUSAL>
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t per_head = units_per_head<CAUSAL>(tr), units = per_head * p->bh;
+    const int64_t per_head = units_per_head<CAUSAL, PAIR>(tr), units = per_head * p->bh;
     uint32_t it = 0, item = 0;
     if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
-    for (int64_t u = blockIdx.x; u < units; u += gridDim.x)
+    for (int64_t u = first_unit<PAIR>(); u < units; u += unit_stride<PAIR>())
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
             const int i = (int)(u % per_head);
             if (half && i == tr - 1 - i) break;
             /* the block's last item: its last unit, and that unit's last (non-empty) half */
-            const int last = u + gridDim.x >= units && (half == CAUSAL || i == tr - 1 - i);
-            const int q0 = unit_row_block<CAUSAL>(i, half, tr) * BR;
+            const int last = u + unit_stride<PAIR>() >= units && (half == CAUSAL || i == tr - 1 - i);
+            const int q0 = unit_row_block<CAUSAL, PAIR>(i, half, tr) * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             hop_rows<D> r;
             hop_rows_init<D>(&r);
@@ -285,23 +349,26 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
             hop_mbar_wait(sm->q_full, item & 1);
             int j = kr.n_tiles - 1;
             if (j >= kr.n_plain)
-                pipeline_prologue<BF16, D, BC, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
+                pipeline_prologue<BF16, D, BC, CAUSAL, 1, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             else
-                pipeline_prologue<BF16, D, BC, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
+                pipeline_prologue<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             for (--j, ++it; j >= kr.n_plain; --j, ++it)
-                pipeline_step<BF16, D, BC, CAUSAL, 1>(p, sm, &r, &pv, it, j, wg, row0);
-            for (; j >= 0; --j, ++it) pipeline_step<BF16, D, BC, CAUSAL, 0>(p, sm, &r, &pv, it, j, wg, row0);
-            pipeline_epilogue<BF16, D, BC>(sm, &r, &pv, it, wg, last);
+                pipeline_step<BF16, D, BC, CAUSAL, 1, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
+            for (; j >= 0; --j, ++it)
+                pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
+            pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
             hop_store_o_lse<BF16, D>(p, &r, (int)(u / per_head), row0);
         }
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
-template <int BF16, int D, int BC, int CAUSAL>
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 __global__ void __launch_bounds__(threads_for(D), 1)
     overlap_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
+    /* PAIR: one arrival per consumer warp of both blocks (release_kv) */
+    constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : CONSUMERS;
     const smem_layout sm = smem_map<D, BC>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
     if (threadIdx.x == 0) {
         hop_mbar_init(sm.q_full, 1);
@@ -309,53 +376,91 @@ __global__ void __launch_bounds__(threads_for(D), 1)
         for (int s = 0; s < S; ++s) {
             hop_mbar_init(sm.k_full + 8 * s, 1);
             hop_mbar_init(sm.v_full + 8 * s, 1);
-            hop_mbar_init(sm.k_empty + 8 * s, CONSUMERS);
-            hop_mbar_init(sm.v_empty + 8 * s, CONSUMERS);
+            hop_mbar_init(sm.k_empty + 8 * s, KV_READERS);
+            hop_mbar_init(sm.v_empty + 8 * s, KV_READERS);
         }
         hop_fence_barrier_init();
     }
-    __syncthreads();
+    /* PAIR: the other block's barriers must exist before its producer's copies or our arrivals reach it */
+    if (PAIR)
+        hop_cluster_sync();
+    else
+        __syncthreads();
     const int wg = (int)(threadIdx.x >> 7);
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
-        if (threadIdx.x == 0) produce<D, BC, CAUSAL>(&p, &sm);
+        if (threadIdx.x == 0) produce<D, BC, CAUSAL, PAIR>(&p, &sm);
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-        consume<BF16, D, BC, CAUSAL>(&p, &sm, wg - 1);
+        consume<BF16, D, BC, CAUSAL, PAIR>(&p, &sm, wg - 1);
+        /* PAIR: no block leaves while the other's consumers may still arrive on its barriers. The
+         * producer's threads exit instead (the cluster barrier waits for threads that have not exited;
+         * holding its 24 registers across the barrier cost a spill): every copy it issued into the other
+         * block has landed once that block's consumers are here. */
+        if (PAIR) hop_cluster_sync();
     }
 }
 
 /* ---- host side ----------------------------------------------------------------------------------- */
+
+/* Clusters of two blocks, as many as fit at once (a cluster's blocks share a GPC: with an odd number
+ * of free SMs in a GPC one stays idle), never more than there are units. */
+static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_attn_params *kp, int64_t units,
+                                int threads, int smem, int sms, cudaStream_t stream) {
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(sms & ~1)), cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
+    cfg.attrs = &cluster, cfg.numAttrs = 1;
+    int fit = 0;
+    ATTN_CUDA(cudaOccupancyMaxActiveClusters(&fit, (const void *)kern, &cfg));
+    if (fit < 1) return attn_fail(ATTN_EUNSUPPORTED, "stage 09: no cluster of two blocks fits on this GPU");
+    cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
+    ATTN_CUDA(cudaLaunchKernelEx(&cfg, kern, *kp));
+    return ATTN_OK;
+}
 
 /* One block per SM (a block takes 152-208 KB of shared memory: one fits), never more than there are
  * units; all units cost about the same, so taking every gridDim.x-th one balances. Causal single
  * items differ up to Tr-fold: striding over them left some SMs with twice the work of others
  * (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335 with one item per block), hence the
  * (long, short) pairs of unit_row_block(), which make causal units even and let causal grids persist. */
-template <int BF16, int D, int BC, int CAUSAL>
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
-    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL>;
+    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09");
     if (st != ATTN_OK) return st;
     int dev = 0, sms = 0;
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D), units = (CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
-    const int64_t blocks = units < sms ? units : sms;
-    kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
-    ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
-    return ATTN_OK;
+    const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
+    const int64_t units = (PAIR ? tr / 2 : CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
+    if (!PAIR) {
+        const int64_t blocks = units < sms ? units : sms;
+        kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
+        ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
+        return ATTN_OK;
+    }
+    return launch_pairs(kern, kp, units, threads_for(D), smem_bytes(D, BC), sms, stream);
 }
 
-/* The kernel with the Bc that keys_per_tile() gave hop_attn_setup for the K/V boxes: only D = 128
- * non-causal has two (the wide one is instantiated there only). keys_per_tile() runs again here: a
- * few integer operations per launch, where storing Bc in hop_attn_params would change 07's and 08's. */
+/* The kernel with the Bc that tile_keys() chose (the K/V boxes come from keys_per_tile()): only D = 128
+ * non-causal has two (the wide one is instantiated there only). tile_keys() runs again here: a few
+ * integer operations per launch, where storing Bc in hop_attn_params would change 07's and 08's. */
+template <int BF16, int D, int CAUSAL, int PAIR>
+static attn_status launch_bc(const hop_attn_params *kp, cudaStream_t stream) {
+    if constexpr (D == 128 && !CAUSAL)
+        if (tile_keys(D, CAUSAL, kp->n) == WIDE_BC_128)
+            return launch_tiles<BF16, D, WIDE_BC_128, CAUSAL, PAIR>(kp, stream);
+    return launch_tiles<BF16, D, narrow_bc_for(D), CAUSAL, PAIR>(kp, stream);
+}
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
-    if constexpr (D == 128 && !CAUSAL)
-        if (keys_per_tile(D, CAUSAL, kp->n) == WIDE_BC_128)
-            return launch_tiles<BF16, D, WIDE_BC_128, CAUSAL>(kp, stream);
-    return launch_tiles<BF16, D, narrow_bc_for(D), CAUSAL>(kp, stream);
+    if constexpr (!CAUSAL && pairs_for(D))
+        if (use_pairs(D, CAUSAL, kp->n)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
+    return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
 }
 
 HOP_STAGE_ENTRY_PER_PROBLEM(stage09_run, "09")

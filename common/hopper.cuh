@@ -138,4 +138,46 @@ template <int R> static __device__ __forceinline__ void hop_regs_claim(void) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
+/* ---- clusters (stage 09's pairs of blocks) ----------------------------------------------------
+ * A cluster is a group of blocks on one GPC that can read, write and signal each other's shared
+ * memory. Two blocks working on adjacent row blocks of one head need the same K and V tiles: each
+ * loads half of a tile and the copy engine writes it into both (multicast), so L2 serves each K/V
+ * byte once per pair instead of once per block. */
+static __device__ __forceinline__ uint32_t hop_cluster_rank(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* Every thread of every block of the cluster (not .aligned: warps may arrive diverged) */
+static __device__ __forceinline__ void hop_cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* The address of the same shared-memory offset in block `rank` of the cluster */
+static __device__ __forceinline__ uint32_t hop_cluster_map(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+/* One arrival on an mbarrier of another block of the cluster (an address from hop_cluster_map). The
+ * default .release.cta semantics, as the local arrival has: the reads it orders are this block's own
+ * (wgmma reads of the buffer the arrival frees). HOP_ARRIVE_CLUSTER_SCOPE asks for .release.cluster. */
+static __device__ __forceinline__ void hop_mbar_arrive_cluster(uint32_t cluster_addr) {
+#ifdef HOP_ARRIVE_CLUSTER_SCOPE
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
+                 : "memory");
+#else
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+#endif
+}
+/* A box written to the same offset `dst` in every block of `cta_mask`, each counting the bytes on its
+ * own mbarrier at offset `bar` */
+static __device__ __forceinline__ void hop_tma_load_3d_multicast(uint32_t dst, const void *tensor_map,
+                                                                 uint32_t bar, int col, int row, int head,
+                                                                 uint16_t cta_mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+                 "l"((uint64_t)(uintptr_t)tensor_map), "r"(col), "r"(row), "r"(head), "r"(bar), "h"(cta_mask)
+                 : "memory");
+}
+
 #endif
