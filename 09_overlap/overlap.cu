@@ -22,7 +22,9 @@
  * warpgroups at D = 64, a key-tile width per problem at D = 128 (128 or 192 keys), and blocks that
  * loop over work units (a persistent grid; causal units pair a head's longest row block with its
  * shortest), with a q_empty barrier so that the producer can reload Q, and a lazy rescale of O (a row
- * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha).
+ * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
+ * D >= 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
+ * half of it and TMA multicast writes that half into both (use_pairs(), +1-4% at D = 128).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
