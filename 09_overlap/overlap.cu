@@ -24,7 +24,7 @@
  * shortest), with a q_empty barrier so that the producer can reload Q, and a lazy rescale of O (a row
  * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D >= 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
- * half of it and TMA multicast writes that half into both (use_pairs(), +1-4% at D = 128).
+ * half of it and TMA multicast writes that half into both (use_pairs(), +1-6% at D = 128).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
