@@ -173,10 +173,7 @@ static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensor
     }
     const int half = (int)hop_cluster_rank() * (BC / 2);
     hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(BC, D));
-#pragma unroll
-    for (int c = 0; c < D / 64; ++c)
-        hop_tma_load_3d_multicast(dst + (uint32_t)((c * BC + half) * 128), map, bar, c * 64, key0 + half, bh,
-                                  (uint16_t)0x3);
+    hop_load_tile_part_multicast<D>(dst, map, bar, BC, half, key0, bh, 0x3);
 }
 
 /* A consumer has read K_j or V_j. PAIR: the buffer is refilled by both blocks' copies, so each warp

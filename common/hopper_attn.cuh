@@ -50,6 +50,11 @@ static __device__ __forceinline__ hop_key_range hop_key_tiles(int q0, int n) {
     return r;
 }
 
+/* Where row `row` of 64-column region c of a `rows`-row tile starts: regions are rows x 128 bytes */
+static __device__ __forceinline__ uint32_t hop_tile_region(uint32_t tile, int rows, int c, int row) {
+    return tile + (uint32_t)((c * rows + row) * 128);
+}
+
 /* A tile of `rows` rows from row row0 of head bh: D/64 boxes, one per 64-column region, all counted on
  * one mbarrier (expect_tx: the whole tile, zero-filled rows past N included). One thread calls it. */
 template <int D>
@@ -58,7 +63,20 @@ static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtenso
     hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(rows, D));
 #pragma unroll
     for (int c = 0; c < D / 64; ++c)
-        hop_tma_load_3d(dst + (uint32_t)(c * rows * 128), map, bar, c * 64, row0, bh);
+        hop_tma_load_3d(hop_tile_region(dst, rows, c, 0), map, bar, c * 64, row0, bh);
+}
+
+/* Rows first .. first + box - 1 of such a tile (box: the map's box height), written into the same
+ * place in every block of cta_mask, each block counting the bytes on its own mbarrier `bar`; the
+ * caller announces the bytes that will land (stage 09's pairs: the whole tile, both halves). */
+template <int D>
+static __device__ __forceinline__ void hop_load_tile_part_multicast(uint32_t dst, const CUtensorMap *map,
+                                                                    uint32_t bar, int rows, int first,
+                                                                    int row0, int bh, uint16_t cta_mask) {
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c)
+        hop_tma_load_3d_multicast(hop_tile_region(dst, rows, c, first), map, bar, c * 64, row0 + first, bh,
+                                  cta_mask);
 }
 
 /* S = Q K^T issued (not waited for): D/16 wgmma of 64 x Bc x 16. Step kk reads columns 16kk .. 16kk+15
