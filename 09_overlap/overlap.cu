@@ -23,8 +23,8 @@
  * loop over work units (a persistent grid; causal units pair a head's longest row block with its
  * shortest), with a q_empty barrier so that the producer can reload Q, and a lazy rescale of O (a row
  * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
- * D >= 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
- * half of it and TMA multicast writes that half into both (use_pairs(), +1-6% at D = 128).
+ * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
+ * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
@@ -75,28 +75,26 @@ static int tile_keys(int d, int causal, int64_t n) {
     return wide_keys <= narrow_keys + narrow_keys / 64 ? WIDE_BC_128 : narrow;
 }
 /*
- * Pairs: non-causal problems with an even number of row blocks run as clusters of two blocks on
- * adjacent row blocks of one head. Both need every K and V tile; each block loads half of it and the
- * copy engine writes that half into both blocks, so L2 serves each K/V byte once per pair. At D = 128,
- * 128 x 128 tiles, a K/V tile (64 KB) feeds 128 query rows: 128 flops a byte, about 4.7 TB/s of K and
- * V at 600 TFLOP/s; pairs halve that. D = 64 gained nothing measurable (0 to +1%) and has no pairs.
+ * Pairs: non-causal problems at D = 128 run as clusters of two blocks on adjacent row blocks, which
+ * (but for at most one pair in Tr, unit_item()) belong to one head. Both need every K and V tile; each
+ * block loads half of it and the copy engine writes that half into both blocks, so L2 serves each K/V
+ * byte once per pair. With 128 x 128 tiles a K/V tile (64 KB) feeds 128 query rows: 128 flops a byte,
+ * about 4.7 TB/s of K and V at 600 TFLOP/s; pairs halve that. D = 64 and 256 measured no gain (0 to
+ * +1%, and -2 to +1% at D = 256 against run-to-run swings of 5%) and run single blocks.
  * OVERLAP_NO_PAIRS builds without them.
  */
 static __host__ __device__ constexpr int pairs_for(int d) {
 #ifdef OVERLAP_NO_PAIRS
     return 0 * d;
 #else
-    return d >= 128;
+    return d == 128;
 #endif
 }
-static int use_pairs(int d, int causal, int64_t n) {
-    const int64_t tr = (n + br_for(d) - 1) / br_for(d);
-    return pairs_for(d) && !causal && tr % 2 == 0;
-}
+static int use_pairs(int d, int causal) { return pairs_for(d) && !causal; }
 /* The K/V box of the tensor maps (HOP_STAGE_ENTRY_PER_PROBLEM asks for it): a whole tile, or half of
  * one when a pair shares it. */
 static int keys_per_tile(int d, int causal, int64_t n) {
-    return tile_keys(d, causal, n) / (use_pairs(d, causal, n) ? 2 : 1);
+    return tile_keys(d, causal, n) / (use_pairs(d, causal) ? 2 : 1);
 }
 /* setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the 65536, rounded down
  * to a multiple of 8 (2 consumers: 240, 3 consumers: 160) */
@@ -144,15 +142,43 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
  * blocks' worth of keys whatever i is, so striding over pairs hands every SM the same work. With an
  * odd Tr the middle row block pairs with itself: its second half is empty (the loops skip it).
  */
-template <int CAUSAL, int PAIR> static __device__ __forceinline__ int64_t units_per_head(int tr) {
-    return PAIR ? tr / 2 : CAUSAL ? (tr + 1) / 2 : tr;
+template <int CAUSAL, int PAIR> static __device__ __forceinline__ int64_t unit_count(int tr, int64_t heads) {
+    return PAIR ? (tr * heads + 1) / 2 : (CAUSAL ? (tr + 1) / 2 : tr) * heads;
 }
-/* Row block of half `half` of unit i of a head: i itself (non-causal), or the pair's long and short
- * ends. The second half of an odd Tr's middle pair is that same row block: the caller skips it.
- * PAIR: unit i is row blocks 2i and 2i + 1, one for each block of the cluster. */
+/* What a block does for half `half` of unit u: row block `row_block` of head `bh`; row_block < 0 for
+ * the empty second half of an odd Tr's middle causal pair (the loops stop there). */
+typedef struct {
+    int64_t bh;
+    int row_block;
+    int shared_kv; /* PAIR: both blocks of the cluster are on this head, so they share its K and V */
+} work_item;
+/*
+ * Non-causal: unit i of a head is row block i. Causal: its long and short ends, tr-1-i then i.
+ * PAIR: the row blocks of all heads in one head-major list, taken two at a time, one for each block of
+ * the cluster. With an odd Tr, one pair in Tr straddles two heads: each of its blocks loads its own
+ * head's whole tiles (load_kv_tile), at a cost of 1/Tr of the L2 savings, where keeping whole heads
+ * in a pair left odd-Tr problems without pairs. With an odd count of row blocks in all, the last pair's
+ * second block takes row block Tr of the last head: rows past N (zeros from the copy engine, never
+ * stored), so that its peer still gets the half tiles it loads; one row block's work in B x H x Tr.
+ */
 template <int CAUSAL, int PAIR>
-static __device__ __forceinline__ int unit_row_block(int i, int half, int tr) {
-    return PAIR ? 2 * i + (int)hop_cluster_rank() : !CAUSAL || half ? i : tr - 1 - i;
+static __device__ __forceinline__ work_item unit_item(int64_t u, int half, int tr, int64_t heads) {
+    work_item w;
+    if (PAIR) {
+        const int64_t f = 2 * u + hop_cluster_rank(), last_head = heads - 1;
+        const int64_t head_0 = 2 * u / tr, head_1 = (2 * u + 1) / tr;
+        w.bh = f / tr < last_head ? f / tr : last_head;
+        w.row_block = (int)(f - w.bh * tr);
+        w.shared_kv = head_0 == (head_1 < last_head ? head_1 : last_head);
+        return w;
+    }
+    const int64_t per_head = CAUSAL ? (tr + 1) / 2 : tr;
+    const int i = (int)(u % per_head);
+    w.bh = u / per_head;
+    w.row_block = !CAUSAL || half ? i : tr - 1 - i;
+    if (half && i == tr - 1 - i) w.row_block = -1;
+    w.shared_kv = 0;
+    return w;
 }
 /* A pair's two blocks take the same units: the cluster's index, then every (gridDim.x / 2)-th. */
 template <int PAIR> static __device__ __forceinline__ int64_t first_unit(void) {
@@ -162,18 +188,24 @@ template <int PAIR> static __device__ __forceinline__ int64_t unit_stride(void) 
     return PAIR ? gridDim.x >> 1 : gridDim.x;
 }
 
-/* K_j or V_j into the ring. PAIR: this block's half of the keys, written into both blocks of the
- * cluster; each block announces the whole tile on its own barrier, since both halves land there. */
+/* K_j or V_j into the ring. PAIR: the maps' boxes are half tiles. On a shared head, this block's half
+ * of the keys, written into both blocks of the cluster; each block announces the whole tile on its own
+ * barrier, since both halves land there. On a pair that straddles two heads, both halves of its own. */
 template <int D, int BC, int PAIR>
 static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                                    int key0, int bh) {
+                                                    int key0, int bh, int shared_kv) {
     if (!PAIR) {
         hop_load_tile<D>(dst, map, bar, BC, key0, bh);
         return;
     }
-    const int half = (int)hop_cluster_rank() * (BC / 2);
+    const uint32_t rank = hop_cluster_rank();
     hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(BC, D));
-    hop_load_tile_part_multicast<D>(dst, map, bar, BC, half, key0, bh, 0x3);
+    if (shared_kv) {
+        hop_load_tile_part_multicast<D>(dst, map, bar, BC, (int)rank * (BC / 2), key0, bh, 0x3);
+        return;
+    }
+    for (int half = 0; half < 2; ++half)
+        hop_load_tile_part_multicast<D>(dst, map, bar, BC, half * (BC / 2), key0, bh, (uint16_t)(1u << rank));
 }
 
 /* A consumer has read K_j or V_j. PAIR: the buffer is refilled by both blocks' copies, so each warp
@@ -202,22 +234,24 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
     constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t per_head = units_per_head<CAUSAL, PAIR>(tr), units = per_head * p->bh;
+    const int64_t units = unit_count<CAUSAL, PAIR>(tr, p->bh);
     uint32_t it = 0, item = 0;
     for (int64_t u = first_unit<PAIR>(); u < units; u += unit_stride<PAIR>())
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const int bh = (int)(u / per_head), i = (int)(u % per_head);
-            if (half && i == tr - 1 - i) break;
-            const int q0 = unit_row_block<CAUSAL, PAIR>(i, half, tr) * BR;
+            const work_item w = unit_item<CAUSAL, PAIR>(u, half, tr, p->bh);
+            if (w.row_block < 0) break;
+            const int bh = (int)w.bh, q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             if (item > 0) hop_mbar_wait(sm->q_empty, (item - 1) & 1);
             hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
             for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
                 const uint32_t buf = it % S, use = it / S;
                 if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
-                load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh);
+                load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh,
+                                          w.shared_kv);
                 if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
-                load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh);
+                load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh,
+                                          w.shared_kv);
             }
         }
 }
@@ -330,16 +364,17 @@ template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t per_head = units_per_head<CAUSAL, PAIR>(tr), units = per_head * p->bh;
+    const int64_t units = unit_count<CAUSAL, PAIR>(tr, p->bh);
     uint32_t it = 0, item = 0;
     if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
     for (int64_t u = first_unit<PAIR>(); u < units; u += unit_stride<PAIR>())
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const int i = (int)(u % per_head);
-            if (half && i == tr - 1 - i) break;
+            const work_item w = unit_item<CAUSAL, PAIR>(u, half, tr, p->bh);
+            if (w.row_block < 0) break;
             /* the block's last item: its last unit, and that unit's last (non-empty) half */
-            const int last = u + unit_stride<PAIR>() >= units && (half == CAUSAL || i == tr - 1 - i);
-            const int q0 = unit_row_block<CAUSAL, PAIR>(i, half, tr) * BR;
+            const int last = u + unit_stride<PAIR>() >= units &&
+                             (half == CAUSAL || unit_item<CAUSAL, PAIR>(u, 1, tr, p->bh).row_block < 0);
+            const int q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             hop_rows<D> r;
             hop_rows_init<D>(&r);
@@ -356,7 +391,7 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
             for (; j >= 0; --j, ++it)
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
-            hop_store_o_lse<BF16, D>(p, &r, (int)(u / per_head), row0);
+            hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
 }
 
@@ -403,7 +438,9 @@ __global__ void __launch_bounds__(threads_for(D), 1)
 /* ---- host side ----------------------------------------------------------------------------------- */
 
 /* Clusters of two blocks, as many as fit at once (a cluster's blocks share a GPC: with an odd number
- * of free SMs in a GPC one stays idle), never more than there are units. */
+ * of free SMs in a GPC one stays idle), never more than there are units. The occupancy query is asked
+ * on every launch, as the shared-memory opt-in is: each cost about 0.4 us a call on the H200 (a probe
+ * of 20000 calls), against 4.3 us to launch a cluster kernel, so neither is cached. */
 static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_attn_params *kp, int64_t units,
                                 int threads, int smem, int sms, cudaStream_t stream) {
     cudaLaunchAttribute cluster;
@@ -415,7 +452,10 @@ static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_a
     cfg.attrs = &cluster, cfg.numAttrs = 1;
     int fit = 0;
     ATTN_CUDA(cudaOccupancyMaxActiveClusters(&fit, (const void *)kern, &cfg));
-    if (fit < 1) return attn_fail(ATTN_EUNSUPPORTED, "stage 09: no cluster of two blocks fits on this GPU");
+    if (fit < 1)
+        return attn_fail(ATTN_EUNSUPPORTED,
+                         "stage 09: its D = 128 non-causal kernel runs in clusters of two "
+                         "blocks and none fits on this GPU (stage 08 runs without clusters)");
     cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
     ATTN_CUDA(cudaLaunchKernelEx(&cfg, kern, *kp));
     return ATTN_OK;
@@ -425,7 +465,7 @@ static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_a
  * units; all units cost about the same, so taking every gridDim.x-th one balances. Causal single
  * items differ up to Tr-fold: striding over them left some SMs with twice the work of others
  * (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335 with one item per block), hence the
- * (long, short) pairs of unit_row_block(), which make causal units even and let causal grids persist. */
+ * (long, short) pairs of unit_item(), which make causal units even and let causal grids persist. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
@@ -435,7 +475,7 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
-    const int64_t units = (PAIR ? tr / 2 : CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
+    const int64_t units = PAIR ? (tr * kp->bh + 1) / 2 : (CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
         kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
@@ -458,7 +498,7 @@ static attn_status launch_bc(const hop_attn_params *kp, cudaStream_t stream) {
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     if constexpr (!CAUSAL && pairs_for(D))
-        if (use_pairs(D, CAUSAL, kp->n)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
+        if (use_pairs(D, CAUSAL)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
     return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
 }
 

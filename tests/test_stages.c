@@ -30,6 +30,10 @@ typedef struct {
  * last 140 keys full, so its pipeline steps run at that width; at N = 129 it takes one such tile. */
 static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000, 1100};
 #define NUM_N ((int)(sizeof case_N / sizeof case_N[0]))
+/* GPU stages also run B = 1, H = 5 at this N: an odd count of row blocks in all (Tr = 3 at Br = 128),
+ * where stage 09's pairs of row blocks straddle two heads and the last pair's second block has no row
+ * block of its own (unit_item() in 09_overlap/overlap.cu); B = 2, H = 3 never makes that count odd. */
+#define ODD_HEADS_N 300
 /* The hostile inputs at fewer shapes: a short row, a ragged tail and a long one. */
 static const int hostile_N[] = {17, 129, 1000};
 #define NUM_HOSTILE_N ((int)(sizeof hostile_N / sizeof hostile_N[0]))
@@ -74,21 +78,22 @@ typedef enum { CASE_PASS, CASE_FAIL, CASE_NO_SHARED_MEMORY } case_outcome;
 
 /* One case: fresh inputs, two runs (the second must be bit-identical to the first), the first checked
  * against the double reference. A failure is reported here and the group goes on. */
-static case_outcome run_case(const stage_group *g, int N, int causal, attn_init init) {
+static case_outcome run_case(const stage_group *g, int N, int causal, attn_init init, int odd_heads) {
     const attn_stage *s = &attn_stages[g->stage];
-    cr_log_info("stage %s N=%d D=%d causal=%d %s init=%s", s->id, N, g->D, causal,
-                attn_dtype_name((attn_dtype)g->dtype), attn_init_name(init));
-    /* GPU stages at B=2, H=3. A CPU model folds b and h into one head index, as its kernel does, so
-     * two heads test its head offsets as well as six; B=2, H=1 keeps the whole list on CI's two cores
-     * to about a minute (the reference check costs as much as the model). */
-    attn_problem p =
-        s->on_gpu ? attn_problem_make(2, 3, N, g->D, causal) : attn_problem_make(2, 1, N, g->D, causal);
+    cr_log_info("stage %s N=%d D=%d causal=%d %s init=%s%s", s->id, N, g->D, causal,
+                attn_dtype_name((attn_dtype)g->dtype), attn_init_name(init), odd_heads ? " B=1 H=5" : "");
+    /* GPU stages at B=2, H=3 (or B=1, H=5: ODD_HEADS_N). A CPU model folds b and h into one head
+     * index, as its kernel does, so two heads test its head offsets as well as six; B=2, H=1 keeps the
+     * whole list on CI's two cores to about a minute (the reference check costs as much as the model). */
+    attn_problem p = odd_heads   ? attn_problem_make(1, 5, N, g->D, causal)
+                     : s->on_gpu ? attn_problem_make(2, 3, N, g->D, causal)
+                                 : attn_problem_make(2, 1, N, g->D, causal);
     p.dtype = (attn_dtype)g->dtype;
     attn_inputs in;
     /* fresh inputs for every case: the seed mixes the whole case */
     const uint64_t seed = 0x5eedull +
                           (uint64_t)(((g->stage * 4099 + N) * 263 + g->D) * 4 + causal * 2 + g->dtype) * 8 +
-                          (uint64_t)init;
+                          (uint64_t)init + (uint64_t)odd_heads * 0x9e3779b9ull;
     cr_assert_eq(attn_inputs_random(&in, &p, seed, init), ATTN_OK, "%s", attn_last_error());
     attn_run_opts opt = attn_run_opts_default();
     opt.warmup = 0;
@@ -133,7 +138,7 @@ ParameterizedTest(stage_group *g, stages, match_reference, .timeout = 900) {
         for (int i = 0; i < nN; i++) {
             if (!s->on_gpu && Ns[i] > CPU_MODEL_MAX_N) continue;
             for (int causal = 0; causal <= 1; causal++) {
-                const case_outcome o = run_case(g, Ns[i], causal, (attn_init)init);
+                const case_outcome o = run_case(g, Ns[i], causal, (attn_init)init, 0);
                 /* shared memory depends on D and the dtype only: the whole group is skipped, visibly */
                 if (o == CASE_NO_SHARED_MEMORY && ran == 0) cr_skip_test("%s", attn_last_error());
                 cr_expect(o != CASE_NO_SHARED_MEMORY, "stage %s D=%d: refused after %d cases ran: %s", s->id,
@@ -143,6 +148,8 @@ ParameterizedTest(stage_group *g, stages, match_reference, .timeout = 900) {
             }
         }
     }
+    for (int causal = 0; causal <= 1 && s->on_gpu; causal++, ran++)
+        failed += run_case(g, ODD_HEADS_N, causal, ATTN_INIT_NORMAL, 1) != CASE_PASS;
     cr_log_info("stage %s D=%d %s: %d cases, %d failed", s->id, g->D, attn_dtype_name((attn_dtype)g->dtype),
                 ran, failed);
     cr_assert_gt(ran, 0, "stage %s D=%d: no case ran", s->id, g->D);
