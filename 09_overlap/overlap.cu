@@ -142,7 +142,8 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
  * blocks' worth of keys whatever i is, so striding over pairs hands every SM the same work. With an
  * odd Tr the middle row block pairs with itself: its second half is empty (the loops skip it).
  */
-template <int CAUSAL, int PAIR> static __device__ __forceinline__ int64_t unit_count(int tr, int64_t heads) {
+template <int CAUSAL, int PAIR>
+static __host__ __device__ __forceinline__ int64_t unit_count(int tr, int64_t heads) {
     return PAIR ? (tr * heads + 1) / 2 : (CAUSAL ? (tr + 1) / 2 : tr) * heads;
 }
 /* What a block does for half `half` of unit u: row block `row_block` of head `bh`; row_block < 0 for
@@ -475,7 +476,7 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
-    const int64_t units = PAIR ? (tr * kp->bh + 1) / 2 : (CAUSAL ? (tr + 1) / 2 : tr) * kp->bh;
+    const int64_t units = unit_count<CAUSAL, PAIR>((int)tr, kp->bh);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
         kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);

@@ -18,7 +18,7 @@
  * and the hostile inputs) run one after another in it. Criterion forks a process per test, and on the
  * H200 each process cost 0.19-0.20 s whatever the stage ran (2026-12-01, 16 in parallel: stages
  * 02-05, 455 one-case processes in 88 s; 06a-06e, 321 in 61 s; 06-10, 809 in 156 s), so with one case
- * per process most of make check's time there was process set-up; a group pays it once for up to 34
+ * per process most of make check's time there was process set-up; a group pays it once for up to 36
  * cases. Every case still reports its own failure (cr_expect), and `--verbose` names each case before
  * it runs, so a crash points at its case. */
 typedef struct {
