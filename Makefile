@@ -133,7 +133,7 @@ compile_commands.json:
 FORMAT_DIRS    := 06_fa2_full 07_tma_wgmma 08_warp_specialized 09_overlap
 FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*.cu $(d)/*.cuh)) \
                   $(wildcard common/hopper*.cuh common/hopper_host.* common/stage_lib.* common/wgmma_ops.cuh common/fast_math.cuh) \
-                  tests/test_fa2_blocks.c tests/test_fa2_api.c
+                  tests/test_fa2_blocks.c tests/test_fa2_api.c tests/test_work_units.c
 CLANG_FORMAT   ?= clang-format
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || \

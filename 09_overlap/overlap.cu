@@ -37,6 +37,7 @@
 #include "cuda_check.h"
 #include "hopper_attn.cuh"
 #include "stage09.h"
+#include "work_units.h"
 
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
@@ -131,62 +132,9 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     return s;
 }
 
-/*
- * Work items: a row block of one head. Every grid is persistent (one block per SM, see launch()): a
- * block takes units u = blockIdx.x, + gridDim.x, ..., a unit being one item (non-causal) or two
- * (causal), and while the consumers finish one item (last P V, O and LSE stores) the producer already
- * loads the next item's Q and first K/V tiles. Units are head-major, so the blocks at work at any
- * moment share a few heads' K and V in L2.
- * A causal unit is a pair of row blocks of one head, the longest first (i from the end: it sees the
- * most key tiles) and then the shortest (i from the start): the two together visit about Tr + 1 row
- * blocks' worth of keys whatever i is, so striding over pairs hands every SM the same work. With an
- * odd Tr the middle row block pairs with itself: its second half is empty (the loops skip it).
- */
-template <int CAUSAL, int PAIR>
-static __host__ __device__ __forceinline__ int64_t unit_count(int tr, int64_t heads) {
-    return PAIR ? (tr * heads + 1) / 2 : (CAUSAL ? (tr + 1) / 2 : tr) * heads;
-}
-/* What a block does for half `half` of unit u: row block `row_block` of head `bh`; row_block < 0 for
- * the empty second half of an odd Tr's middle causal pair (the loops stop there). */
-typedef struct {
-    int64_t bh;
-    int row_block;
-    int shared_kv; /* PAIR: both blocks of the cluster are on this head, so they share its K and V */
-} work_item;
-/*
- * Non-causal: unit i of a head is row block i. Causal: its long and short ends, tr-1-i then i.
- * PAIR: the row blocks of all heads in one head-major list, taken two at a time, one for each block of
- * the cluster. With an odd Tr, one pair in Tr straddles two heads: each of its blocks loads its own
- * head's whole tiles (load_kv_tile), at a cost of 1/Tr of the L2 savings, where keeping whole heads
- * in a pair left odd-Tr problems without pairs. With an odd count of row blocks in all, the last pair's
- * second block takes row block Tr of the last head: rows past N (zeros from the copy engine, never
- * stored), so that its peer still gets the half tiles it loads; one row block's work in B x H x Tr.
- */
-template <int CAUSAL, int PAIR>
-static __device__ __forceinline__ work_item unit_item(int64_t u, int half, int tr, int64_t heads) {
-    work_item w;
-    if (PAIR) {
-        const int64_t f = 2 * u + hop_cluster_rank(), last_head = heads - 1;
-        const int64_t head_0 = 2 * u / tr, head_1 = (2 * u + 1) / tr;
-        w.bh = f / tr < last_head ? f / tr : last_head;
-        w.row_block = (int)(f - w.bh * tr);
-        w.shared_kv = head_0 == (head_1 < last_head ? head_1 : last_head);
-        return w;
-    }
-    const int64_t per_head = CAUSAL ? (tr + 1) / 2 : tr;
-    const int i = (int)(u % per_head);
-    w.bh = u / per_head;
-    w.row_block = !CAUSAL || half ? i : tr - 1 - i;
-    if (half && i == tr - 1 - i) w.row_block = -1;
-    w.shared_kv = 0;
-    return w;
-}
-/* A pair's two blocks take the same units: the cluster's index, then every (gridDim.x / 2)-th. */
-template <int PAIR> static __device__ __forceinline__ int64_t first_unit(void) {
-    return PAIR ? blockIdx.x >> 1 : blockIdx.x;
-}
-template <int PAIR> static __device__ __forceinline__ int64_t unit_stride(void) {
-    return PAIR ? gridDim.x >> 1 : gridDim.x;
+/* This block's rank in its cluster (0 for single blocks) for work_units.h's unit_item() */
+template <int PAIR> static __device__ __forceinline__ unsigned pair_rank(void) {
+    return PAIR ? hop_cluster_rank() : 0u;
 }
 
 /* K_j or V_j into the ring. PAIR: the maps' boxes are half tiles. On a shared head, this block's half
@@ -235,11 +183,11 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
     constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t units = unit_count<CAUSAL, PAIR>(tr, p->bh);
+    const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh);
     uint32_t it = 0, item = 0;
-    for (int64_t u = first_unit<PAIR>(); u < units; u += unit_stride<PAIR>())
+    for (int64_t u = first_unit(PAIR, blockIdx.x); u < units; u += unit_stride(PAIR, gridDim.x))
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const work_item w = unit_item<CAUSAL, PAIR>(u, half, tr, p->bh);
+            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh);
             if (w.row_block < 0) break;
             const int bh = (int)w.bh, q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
@@ -365,16 +313,16 @@ template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t units = unit_count<CAUSAL, PAIR>(tr, p->bh);
+    const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh);
     uint32_t it = 0, item = 0;
     if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
-    for (int64_t u = first_unit<PAIR>(); u < units; u += unit_stride<PAIR>())
+    for (int64_t u = first_unit(PAIR, blockIdx.x); u < units; u += unit_stride(PAIR, gridDim.x))
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const work_item w = unit_item<CAUSAL, PAIR>(u, half, tr, p->bh);
+            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh);
             if (w.row_block < 0) break;
             /* the block's last item: its last unit, and that unit's last (non-empty) half */
-            const int last = u + unit_stride<PAIR>() >= units &&
-                             (half == CAUSAL || unit_item<CAUSAL, PAIR>(u, 1, tr, p->bh).row_block < 0);
+            const int last = u + unit_stride(PAIR, gridDim.x) >= units &&
+                             (half == CAUSAL || unit_item(CAUSAL, PAIR, 0, u, 1, tr, p->bh).row_block < 0);
             const int q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             hop_rows<D> r;
@@ -476,7 +424,7 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
-    const int64_t units = unit_count<CAUSAL, PAIR>((int)tr, kp->bh);
+    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
         kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
