@@ -21,7 +21,8 @@
  * bracketed by the ping-pong barriers. Engineering measured in README.md's road table: 3 consumer
  * warpgroups at D = 64, a key-tile width per problem at D = 128 (128 or 192 keys), and blocks that
  * loop over work units (a persistent grid; causal units pair a head's longest row block with its
- * shortest), with a q_empty barrier so that the producer can reload Q, and a lazy rescale of O (a row
+ * shortest, and the last heads go in single row blocks, longest first: work_units.h), with a q_empty
+ * barrier so that the producer can reload Q, and a lazy rescale of O (a row
  * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
  * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%).
@@ -183,11 +184,12 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
     constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh);
+    const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
     uint32_t it = 0, item = 0;
-    for (int64_t u = first_unit(PAIR, blockIdx.x); u < units; u += unit_stride(PAIR, gridDim.x))
+    int64_t u;
+    for (int64_t t = 0; (u = block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t)) < units; ++t)
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh);
+            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh, gridDim.x);
             if (w.row_block < 0) break;
             const int bh = (int)w.bh, q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
@@ -313,16 +315,18 @@ template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
-    const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh);
+    const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
     uint32_t it = 0, item = 0;
     if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
-    for (int64_t u = first_unit(PAIR, blockIdx.x); u < units; u += unit_stride(PAIR, gridDim.x))
+    int64_t u;
+    for (int64_t t = 0; (u = block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t)) < units; ++t)
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh);
+            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh, gridDim.x);
             if (w.row_block < 0) break;
             /* the block's last item: its last unit, and that unit's last (non-empty) half */
-            const int last = u + unit_stride(PAIR, gridDim.x) >= units &&
-                             (half == CAUSAL || unit_item(CAUSAL, PAIR, 0, u, 1, tr, p->bh).row_block < 0);
+            const int last =
+                block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t + 1) >= units &&
+                (half == CAUSAL || unit_item(CAUSAL, PAIR, 0, u, 1, tr, p->bh, gridDim.x).row_block < 0);
             const int q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             hop_rows<D> r;
@@ -411,10 +415,11 @@ static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_a
 }
 
 /* One block per SM (a block takes 152-208 KB of shared memory: one fits), never more than there are
- * units; all units cost about the same, so taking every gridDim.x-th one balances. Causal single
- * items differ up to Tr-fold: striding over them left some SMs with twice the work of others
- * (measured: D=64 N=2048 causal 242 TFLOP/s persistent, 335 with one item per block), hence the
- * (long, short) pairs of unit_item(), which make causal units even and let causal grids persist. */
+ * units. Non-causal units cost the same, so taking every gridDim.x-th one balances. Causal items differ
+ * up to Tr-fold: striding over them left some SMs with twice the work of others (measured: D=64 N=2048
+ * causal 242 TFLOP/s persistent, 335 with one item per block), hence work_units.h's (long, short)
+ * units, which make causal rounds even, and its tail of single row blocks, longest first, which makes
+ * the last rounds end together. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
@@ -424,7 +429,7 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
-    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh);
+    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh, (unsigned)sms);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
         kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
