@@ -82,8 +82,8 @@ WORK_UNITS_FN work_item pair_item(unsigned rank, int64_t u, int tr, int64_t head
 /*
  * Causal. Heads before the tail: Tr / 2 units each, unit i being row blocks tr-1-i and i (Tr + 1 row
  * blocks of keys, whatever i). With an odd Tr their middle row block joins the tail, so that every
- * such unit costs the same (a half-size unit on every (Tr+1)/2-th unit left, at Tr = 11 on 132 SMs,
- * some blocks with 61 row blocks of keys and others with 82).
+ * such unit costs the same (kept among them, the half-size middle units fell on the same blocks round
+ * after round: at Tr = 11, 128 heads and 132 SMs, some blocks had 51 row blocks of keys, others 70).
  * The tail: single row blocks, longest first, row block r of every tail head for r = tr-1 down to 0;
  * at the middle row block of an odd Tr, every head's (the paired heads' first).
  */
