@@ -7,6 +7,8 @@ Peers (the `stage` column):
   sdpa_flash   F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.FLASH_ATTENTION)
   sdpa_cudnn   the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
   triton_fa2   python/triton_fa2.py, the seed's Triton kernel as written here (when triton imports)
+  flash_attn4  flash-attn-4's CuTe DSL kernel, flash_attn.cute.interface.flash_attn_func (when the
+               flash-attn-4 package imports; on Hopper it runs its FlashAttention-3-class sm90 path)
   libfa2, ...  the suite's fast stages as shared libraries, through python/flashattn_stages.py
                (ctypes), where make has built them: the C kernels timed in this same process
 (causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
@@ -123,6 +125,11 @@ def find_kernels(torch):
         found["triton_fa2"] = lambda q, k, v, c, s: triton_fa2.attention(q, k, v, causal=c, scale=s)
     except Exception as e:  # ImportError without triton; anything a broken install raises
         log("peers: triton_fa2 skipped: %s: %s" % (type(e).__name__, str(e).split("\n")[0]))
+    try:
+        from flash_attn.cute import interface as fa4
+        found["flash_attn4"] = lambda q, k, v, c, s: flash_attn4(fa4, q, k, v, c, s)
+    except Exception as e:  # not installed (the usual case), or a broken install
+        log("peers: flash_attn4 skipped: %s: %s" % (type(e).__name__, str(e).split("\n")[0]))
     import flashattn_stages as fa
     for stage in fa.stages():
         path = fa.library_path(stage)
@@ -133,6 +140,14 @@ def find_kernels(torch):
             log("peers: stage %s's library skipped: %s is not built (make %s)"
                 % (stage, path, os.path.relpath(path, os.path.dirname(HERE))))
     return found
+
+
+def flash_attn4(fa4, q, k, v, causal, scale):
+    """flash-attn-4 takes [B, N, H, D]: the transposed views of our [B, H, N, D] tensors, no copies."""
+    got = fa4.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                              softmax_scale=scale, causal=bool(causal))
+    o, lse = got if isinstance(got, tuple) else (got, None)
+    return (o.transpose(1, 2), lse) if lse is not None else o.transpose(1, 2)
 
 
 def make_fn(torch, peer, q, k, v, causal, scale, kernels):
@@ -232,8 +247,8 @@ def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                if peer == "triton_fa2":  # compiling and autotuning allocate: not the kernel's memory
-                    fn()
+                if peer in ("triton_fa2", "flash_attn4"):  # they compile on first use (and Triton
+                    fn()                                   # autotunes): that memory is not the kernel's
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
                 base = torch.cuda.memory_allocated()

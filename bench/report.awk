@@ -15,8 +15,9 @@ BEGIN {
                  "workspace_bytes,max_abs_err,check,repeats,l2,note", COL, ",")
     if (fast == "") fast = 6
     # the peers a fast stage is set against, and their short labels
-    NPEER = split("sdpa_flash sdpa_cudnn triton_fa2", PEER, " ")
+    NPEER = split("sdpa_flash sdpa_cudnn triton_fa2 flash_attn4", PEER, " ")
     LABEL["sdpa_flash"] = "FA2"; LABEL["sdpa_cudnn"] = "cuDNN"; LABEL["triton_fa2"] = "Triton"
+    LABEL["flash_attn4"] = "FA4"
 }
 
 FNR == 1 {
@@ -242,8 +243,10 @@ function versus(f,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk) {
     }
     if (!trows) return
     for (q = 1; q <= npk; q++) desc = desc (q > 1 ? ", " : "") LABEL[pk[q]]
+    fa4 = ("flash_attn4" in havepeer) ? "; FA4: the flash-attn-4 package (on Hopper, its FlashAttention-3-class kernel)" : ""
     if (md) printf "**Stage %s against the peers** (%s): the peer's time over stage %s's; above 1, stage %s is faster. " \
-        "FA2 and cuDNN: PyTorch SDPA's FlashAttention-2 and cuDNN backends; Triton: the seed's kernel as written here, python/triton_fa2.py.\n\n", f, desc, f, f
+        "FA2 and cuDNN: PyTorch SDPA's FlashAttention-2 and cuDNN backends; Triton: the seed's kernel as written here, python/triton_fa2.py%s.\n\n", \
+        f, desc, f, f, fa4
     else printf "== Stage %s against the peers (%s): peer time / stage %s time (above 1: %s is faster) ==\n", f, desc, f, f
     tprint(); print ""
 }
