@@ -81,7 +81,7 @@ def parse_args(argv):
     ap.add_argument("--min-repeat", type=int, default=3)
     ap.add_argument("--max-repeat", type=int, default=50)
     ap.add_argument("--check-rows", type=int, default=16)
-    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,libfa2,...")
+    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,libfa2,...")
     a = ap.parse_args(argv)
     a.peers = [p for p in a.peers.split(",") if p] if a.peers else None
     if a.quick:

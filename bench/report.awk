@@ -220,7 +220,7 @@ function tables(   k, j, n, s, i, first, c) {
 }
 
 # Fast stage f against each peer present: the peer's time over the stage's, per panel and N.
-function versus(f,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk) {
+function versus(f,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk, fa4) {
     for (q = 1; q <= NPEER; q++) if (PEER[q] in havepeer) pk[++npk] = PEER[q]
     if (!npk) return
     if (np * npk > 15) np_v = int(15 / npk); else np_v = np
