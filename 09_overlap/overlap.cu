@@ -145,33 +145,35 @@ template <int PAIR> static __device__ __forceinline__ unsigned pair_rank(void) {
  * barrier, since both halves land there. On a pair that straddles two heads, both halves of its own. */
 template <int D, int BC, int PAIR>
 static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                                    int key0, int bh, int shared_kv) {
+                                                    int key0, int bh, unsigned rank, int shared_kv) {
     if (!PAIR) {
         hop_load_tile<D>(dst, map, bar, BC, key0, bh);
         return;
     }
-    const uint32_t rank = hop_cluster_rank();
     hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(BC, D));
     if (shared_kv) {
         hop_load_tile_part_multicast<D>(dst, map, bar, BC, (int)rank * (BC / 2), key0, bh, 0x3);
         return;
     }
-    for (int half = 0; half < 2; ++half)
-        hop_load_tile_part_multicast<D>(dst, map, bar, BC, half * (BC / 2), key0, bh, (uint16_t)(1u << rank));
+    for (int half = 0; half < 2; ++half) hop_load_tile_part<D>(dst, map, bar, BC, half * (BC / 2), key0, bh);
 }
 
-/* A consumer has read K_j or V_j. PAIR: the buffer is refilled by both blocks' copies, so each warp
- * tells both blocks' producers (one arrival a warp: the barrier counts 2 x warps). */
-template <int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
-    if (!PAIR) {
+/* A consumer has read K_j or V_j. With a ring of two stages (D = 128, 256) the producer's refill of this
+ * buffer waits for the release, and 256 arrivals on one mbarrier are served one after another: there
+ * each warp arrives once, when all its lanes are done (road table: D = 128 causal +3 to +6% at B = 4,
+ * H = 32; D = 256 -0.4 to +3%). With four (D = 64) the refill is three tiles ahead and each thread
+ * arrives for itself (one a warp measured -1.0 to +0.6% there). PAIR: the buffer is refilled by both
+ * blocks' copies, so each warp tells both blocks' producers. */
+static __host__ __device__ constexpr int release_per_warp(int d) { return stages_for(d) == 2; }
+template <int D, int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
+    if (!PAIR && !release_per_warp(D)) {
         hop_mbar_arrive(bar);
         return;
     }
     __syncwarp();
-    if ((threadIdx.x & 31) == 0) {
-        hop_mbar_arrive(bar);
-        hop_mbar_arrive_cluster(hop_cluster_map(bar, hop_cluster_rank() ^ 1u));
-    }
+    if ((threadIdx.x & 31) != 0) return;
+    hop_mbar_arrive(bar);
+    if (PAIR) hop_mbar_arrive_cluster(hop_cluster_map(bar, hop_cluster_rank() ^ 1u));
 }
 
 /*
@@ -182,7 +184,8 @@ template <int PAIR> static __device__ __forceinline__ void release_kv(uint32_t b
  * (u - 1) & 1. Counters are unsigned: S is a power of two, so % S and the parities survive wrapping.
  */
 template <int D, int BC, int CAUSAL, int PAIR>
-static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm) {
+static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm,
+                                               unsigned rank) {
     constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
@@ -191,7 +194,7 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
     int64_t u;
     for (int64_t t = 0; (u = block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t)) < units; ++t)
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh, gridDim.x);
+            const work_item w = unit_item(CAUSAL, PAIR, rank, u, half, tr, p->bh, gridDim.x);
             if (w.row_block < 0) break;
             const int bh = (int)w.bh, q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
@@ -200,10 +203,10 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
             for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
                 const uint32_t buf = it % S, use = it / S;
                 if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
-                load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh,
+                load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh, rank,
                                           w.shared_kv);
                 if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
-                load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh,
+                load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh, rank,
                                           w.shared_kv);
             }
         }
@@ -254,7 +257,7 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
     gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<0>();
     hop_settle(s);
-    release_kv<PAIR>(sm->k_empty + 8 * buf);
+    release_kv<D, PAIR>(sm->k_empty + 8 * buf);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pv->p);
@@ -282,12 +285,12 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
     gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<1>(); /* S_j done, P V may still run */
     hop_settle(s);
-    release_kv<PAIR>(sm->k_empty + 8 * buf);
+    release_kv<D, PAIR>(sm->k_empty + 8 * buf);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    release_kv<PAIR>(sm->v_empty + 8 * prev);
+    release_kv<D, PAIR>(sm->v_empty + 8 * prev);
     hop_pack_p<BF16, BC>(s, pv->p);
 }
 
@@ -308,13 +311,14 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     gemm_window_close<consumers_for(D)>(wg, last);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    release_kv<PAIR>(sm->v_empty + 8 * prev);
+    release_kv<D, PAIR>(sm->v_empty + 8 * prev);
 }
 
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
-static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg) {
+static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg,
+                                               unsigned rank) {
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
     const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
@@ -323,7 +327,7 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
     int64_t u;
     for (int64_t t = 0; (u = block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t)) < units; ++t)
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
-            const work_item w = unit_item(CAUSAL, PAIR, pair_rank<PAIR>(), u, half, tr, p->bh, gridDim.x);
+            const work_item w = unit_item(CAUSAL, PAIR, rank, u, half, tr, p->bh, gridDim.x);
             if (w.row_block < 0) break;
             /* the block's last item: its last unit, and that unit's last (non-empty) half */
             const int last =
@@ -356,8 +360,9 @@ template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 __global__ void __launch_bounds__(threads_for(D), 1)
     overlap_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
-    /* PAIR: one arrival per consumer warp of both blocks (release_kv) */
-    constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : CONSUMERS;
+    /* arrivals that release a K/V buffer (release_kv): one per consumer warp, of both blocks for PAIR,
+     * or one per consumer thread */
+    constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : release_per_warp(D) ? CONSUMERS / 32 : CONSUMERS;
     const smem_layout sm = smem_map<D, BC>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
     if (threadIdx.x == 0) {
         hop_mbar_init(sm.q_full, 1);
@@ -376,12 +381,13 @@ __global__ void __launch_bounds__(threads_for(D), 1)
     else
         __syncthreads();
     const int wg = (int)(threadIdx.x >> 7);
+    const unsigned rank = pair_rank<PAIR>();
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
-        if (threadIdx.x == 0) produce<D, BC, CAUSAL, PAIR>(&p, &sm);
+        if (threadIdx.x == 0) produce<D, BC, CAUSAL, PAIR>(&p, &sm, rank);
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-        consume<BF16, D, BC, CAUSAL, PAIR>(&p, &sm, wg - 1);
+        consume<BF16, D, BC, CAUSAL, PAIR>(&p, &sm, wg - 1, rank);
         /* PAIR: no block leaves while the other's consumers may still arrive on its barriers. The
          * producer's threads exit instead (the cluster barrier waits for threads that have not exited;
          * holding its 24 registers across the barrier cost a spill): every copy it issued into the other
@@ -453,8 +459,7 @@ static attn_status launch_bc(const hop_attn_params *kp, cudaStream_t stream) {
 }
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
-    if constexpr (!CAUSAL && pairs_for(D))
-        if (use_pairs(D, CAUSAL)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
+    if constexpr (!CAUSAL && pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
     return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
 }
 

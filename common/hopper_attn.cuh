@@ -66,7 +66,16 @@ static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtenso
         hop_tma_load_3d(hop_tile_region(dst, rows, c, 0), map, bar, c * 64, row0, bh);
 }
 
-/* Rows first .. first + box - 1 of such a tile (box: the map's box height), written into the same
+/* Rows first .. first + box - 1 of such a tile (box: the map's box height), into this block only */
+template <int D>
+static __device__ __forceinline__ void hop_load_tile_part(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                          int rows, int first, int row0, int bh) {
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c)
+        hop_tma_load_3d(hop_tile_region(dst, rows, c, first), map, bar, c * 64, row0 + first, bh);
+}
+
+/* The same rows (box: the map's box height), written into the same
  * place in every block of cta_mask, each block counting the bytes on its own mbarrier `bar`; the
  * caller announces the bytes that will land (stage 09's pairs: the whole tile, both halves). */
 template <int D>
