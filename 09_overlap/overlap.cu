@@ -329,10 +329,7 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
             const work_item w = unit_item(CAUSAL, PAIR, rank, u, half, tr, p->bh, gridDim.x);
             if (w.row_block < 0) break;
-            /* the block's last item: its last unit, and that unit's last (non-empty) half */
-            const int last =
-                block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t + 1) >= units &&
-                (half == CAUSAL || unit_item(CAUSAL, PAIR, 0, u, 1, tr, p->bh, gridDim.x).row_block < 0);
+            const int last = last_item(CAUSAL, PAIR, blockIdx.x, gridDim.x, t, u, half, tr, p->bh, units);
             const int q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
             hop_rows<D> r;

@@ -123,4 +123,13 @@ WORK_UNITS_FN work_item unit_item(int causal, int pair, unsigned rank, int64_t u
     return w;
 }
 
+/* Whether the item a block takes in round t (unit u, half `half`) is its last: its next round has no
+ * unit, and this is the unit's last non-empty half. The consumers' last GEMM window skips its hand-back
+ * there (overlap.cu), so a slip would leave a named barrier waiting for an arrival that never comes. */
+WORK_UNITS_FN int last_item(int causal, int pair, unsigned block, unsigned grid, int64_t t, int64_t u,
+                            int half, int tr, int64_t heads, int64_t units) {
+    if (block_unit(causal, pair, block, grid, t + 1) < units) return 0;
+    return half == causal || unit_item(causal, pair, 0, u, 1, tr, heads, grid).row_block < 0;
+}
+
 #endif

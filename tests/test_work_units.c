@@ -8,7 +8,8 @@
  * and share K/V exactly when they are on one head; only an odd total of row blocks makes a block work
  * past N, once, on the last head's row block Tr; causal units carry Tr + 1 row blocks' worth of keys;
  * the busiest block of a causal grid has at most 1/0.85 of the average work (or one longest row block);
- * the kernel, which counts units with its launched grid, counts what the launch did.
+ * the kernel, which counts units with its launched grid, counts what the launch did; exactly a block's
+ * final item is flagged last (its consumers' last GEMM window skips the hand-back).
  * A slip here (a row block taken twice or never, SMs idle at the end) would otherwise show only on a GPU.
  */
 #include <criterion/criterion.h>
@@ -28,11 +29,16 @@ static void replay_block(replay *r, int causal, int pair, unsigned block, unsign
                          int64_t heads) {
     const int64_t units = unit_count(causal, pair, tr, heads, grid);
     const unsigned rank = pair ? block & 1u : 0u;
-    int64_t u;
+    int64_t u, items = 0, last_at = -1;
     for (int64_t t = 0; (u = block_unit(causal, pair, block, grid, t)) < units; ++t)
         for (int half = 0; half <= causal; ++half) {
             const work_item w = unit_item(causal, pair, rank, u, half, tr, heads, grid);
             if (w.row_block < 0) break;
+            if (last_item(causal, pair, block, grid, t, u, half, tr, heads, units)) {
+                cr_assert_eq(last_at, -1, "block %u: two items flagged last", block);
+                last_at = items;
+            }
+            items++;
             cr_assert(w.bh >= 0 && w.bh < heads, "head %lld of %lld (unit %lld)", (long long)w.bh,
                       (long long)heads, (long long)u);
             cr_assert(w.row_block >= 0 && w.row_block <= tr, "row block %d, Tr %d", w.row_block, tr);
@@ -55,6 +61,11 @@ static void replay_block(replay *r, int causal, int pair, unsigned block, unsign
                 if (rank == 0 && !w.shared_kv) r->straddles++;
             }
         }
+    /* the consumers' last window skips its hand-back: exactly on the block's final item */
+    cr_assert_eq(last_at, items - 1,
+                 "causal %d pair %d block %u of %u, Tr %d heads %lld: item %lld of %lld "
+                 "flagged last",
+                 causal, pair, block, grid, tr, (long long)heads, (long long)last_at, (long long)items);
 }
 
 /* Replays every block of a grid; returns the most key blocks one block visits (causal: its work). */
