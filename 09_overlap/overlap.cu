@@ -135,7 +135,8 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     return s;
 }
 
-/* This block's rank in its cluster (0 for single blocks) for work_units.h's unit_item() */
+/* This block's rank in its cluster (0 for single blocks), read once by each thread: work_units.h's
+ * unit_item() and the producer's half of a shared tile (load_kv_tile) depend on it */
 template <int PAIR> static __device__ __forceinline__ unsigned pair_rank(void) {
     return PAIR ? hop_cluster_rank() : 0u;
 }
