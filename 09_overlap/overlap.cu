@@ -162,8 +162,8 @@ static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensor
 /* A consumer has read K_j or V_j. With a ring of two stages (D = 128, 256) the producer's refill of this
  * buffer waits for the release, and 256 arrivals on one mbarrier are served one after another: there
  * each warp arrives once, when all its lanes are done (road table: D = 128 causal +3 to +6% at B = 4,
- * H = 32; D = 256 -0.4 to +3%). With four (D = 64) the refill is three tiles ahead and each thread
- * arrives for itself (one a warp measured -1.0 to +0.6% there). PAIR: the buffer is refilled by both
+ * H = 32; D = 256 -0.4 to +3.4%). With four (D = 64) the refill is three tiles ahead and each thread
+ * arrives for itself (one a warp measured -1.0 to +0.6% there at B = 4, H = 32, -3.4% at 2 x 8 x 4097). PAIR: the buffer is refilled by both
  * blocks' copies, so each warp tells both blocks' producers. */
 static __host__ __device__ constexpr int release_per_warp(int d) { return stages_for(d) == 2; }
 template <int D, int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
