@@ -135,8 +135,9 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     return s;
 }
 
-/* This block's rank in its cluster (0 for single blocks), read once by each thread: work_units.h's
- * unit_item() and the producer's half of a shared tile (load_kv_tile) depend on it */
+/* This block's rank in its cluster (0 for single blocks), read once per role at the kernel's start:
+ * work_units.h's unit_item() and the producer's half of a shared tile (load_kv_tile) depend on it;
+ * release_kv() reads it where it maps the other block's barrier */
 template <int PAIR> static __device__ __forceinline__ unsigned pair_rank(void) {
     return PAIR ? hop_cluster_rank() : 0u;
 }
@@ -163,8 +164,9 @@ static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensor
  * buffer waits for the release, and 256 arrivals on one mbarrier are served one after another: there
  * each warp arrives once, when all its lanes are done (road table: D = 128 causal +3 to +6% at B = 4,
  * H = 32; D = 256 -0.4 to +3.4%). With four (D = 64) the refill is three tiles ahead and each thread
- * arrives for itself (one a warp measured -1.0 to +0.6% there at B = 4, H = 32, -3.4% at 2 x 8 x 4097). PAIR: the buffer is refilled by both
- * blocks' copies, so each warp tells both blocks' producers. */
+ * arrives for itself (one a warp measured -1.0 to +0.6% there at B = 4, H = 32, -3.4% at 2 x 8 x
+ * 4097). PAIR: the buffer is refilled by both blocks' copies, so each warp tells both blocks'
+ * producers (the other block's barrier found from this one's rank). */
 static __host__ __device__ constexpr int release_per_warp(int d) { return stages_for(d) == 2; }
 template <int D, int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
     if (!PAIR && !release_per_warp(D)) {

@@ -55,18 +55,8 @@ static __device__ __forceinline__ uint32_t hop_tile_region(uint32_t tile, int ro
     return tile + (uint32_t)((c * rows + row) * 128);
 }
 
-/* A tile of `rows` rows from row row0 of head bh: D/64 boxes, one per 64-column region, all counted on
- * one mbarrier (expect_tx: the whole tile, zero-filled rows past N included). One thread calls it. */
-template <int D>
-static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                                     int rows, int row0, int bh) {
-    hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(rows, D));
-#pragma unroll
-    for (int c = 0; c < D / 64; ++c)
-        hop_tma_load_3d(hop_tile_region(dst, rows, c, 0), map, bar, c * 64, row0, bh);
-}
-
-/* Rows first .. first + box - 1 of such a tile (box: the map's box height), into this block only */
+/* Rows first .. first + box - 1 (box: the map's box height) of a tile of `rows` rows from row row0 of
+ * head bh, into this block only: D/64 boxes, one per 64-column region, counted on mbarrier `bar`. */
 template <int D>
 static __device__ __forceinline__ void hop_load_tile_part(uint32_t dst, const CUtensorMap *map, uint32_t bar,
                                                           int rows, int first, int row0, int bh) {
@@ -75,8 +65,16 @@ static __device__ __forceinline__ void hop_load_tile_part(uint32_t dst, const CU
         hop_tma_load_3d(hop_tile_region(dst, rows, c, first), map, bar, c * 64, row0 + first, bh);
 }
 
-/* The same rows (box: the map's box height), written into the same
- * place in every block of cta_mask, each block counting the bytes on its own mbarrier `bar`; the
+/* A whole tile (the map's box is `rows` high), all counted on one mbarrier (expect_tx: the whole tile,
+ * zero-filled rows past N included). One thread calls it. */
+template <int D>
+static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                     int rows, int row0, int bh) {
+    hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(rows, D));
+    hop_load_tile_part<D>(dst, map, bar, rows, 0, row0, bh);
+}
+
+/* The same rows of a tile, written into the same place in every block of cta_mask, each block counting the bytes on its own mbarrier `bar`; the
  * caller announces the bytes that will land (stage 09's pairs: the whole tile, both halves). */
 template <int D>
 static __device__ __forceinline__ void hop_load_tile_part_multicast(uint32_t dst, const CUtensorMap *map,
