@@ -22,8 +22,8 @@
  * warpgroups at D = 64, a key-tile width per problem at D = 128 (128 or 192 keys), and blocks that
  * loop over work units (a persistent grid; causal units pair a head's longest row block with its
  * shortest, and the last heads go in single row blocks, longest first: work_units.h), with a q_empty
- * barrier so that the producer can reload Q, and a lazy rescale of O (a row
- * keeps its max m until a tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
+ * barrier so that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a
+ * tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
  * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%).
  *
@@ -165,11 +165,14 @@ static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensor
  * each warp arrives once, when all its lanes are done (road table: D = 128 causal +3 to +6% at B = 4,
  * H = 32; D = 256 -0.4 to +3.4%). With four (D = 64) the refill is three tiles ahead and each thread
  * arrives for itself (one a warp measured -1.0 to +0.6% there at B = 4, H = 32, -3.4% at 2 x 8 x
- * 4097). PAIR: the buffer is refilled by both blocks' copies, so each warp tells both blocks'
- * producers (the other block's barrier found from this one's rank). */
-static __host__ __device__ constexpr int release_per_warp(int d) { return stages_for(d) == 2; }
+ * 4097). PAIR: the buffer is refilled by both blocks' copies, so each warp (pairs always arrive per
+ * warp) tells both blocks' producers (the other block's barrier found from this one's rank). The
+ * barriers count what this rule sends (KV_READERS in overlap_kernel). */
+static __host__ __device__ constexpr int release_per_warp(int d, int pair) {
+    return pair || stages_for(d) == 2;
+}
 template <int D, int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
-    if (!PAIR && !release_per_warp(D)) {
+    if (!release_per_warp(D, PAIR)) {
         hop_mbar_arrive(bar);
         return;
     }
@@ -360,9 +363,9 @@ template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 __global__ void __launch_bounds__(threads_for(D), 1)
     overlap_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
-    /* arrivals that release a K/V buffer (release_kv): one per consumer warp, of both blocks for PAIR,
-     * or one per consumer thread */
-    constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : release_per_warp(D) ? CONSUMERS / 32 : CONSUMERS;
+    /* arrivals that release a K/V buffer (release_kv): one per consumer warp or thread, from both blocks
+     * for PAIR */
+    constexpr int KV_READERS = (release_per_warp(D, PAIR) ? CONSUMERS / 32 : CONSUMERS) * (PAIR ? 2 : 1);
     const smem_layout sm = smem_map<D, BC>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
     if (threadIdx.x == 0) {
         hop_mbar_init(sm.q_full, 1);

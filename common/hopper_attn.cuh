@@ -74,8 +74,9 @@ static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtenso
     hop_load_tile_part<D>(dst, map, bar, rows, 0, row0, bh);
 }
 
-/* The same rows of a tile, written into the same place in every block of cta_mask, each block counting the bytes on its own mbarrier `bar`; the
- * caller announces the bytes that will land (stage 09's pairs: the whole tile, both halves). */
+/* The same rows of a tile, written into the same place in every block of cta_mask, each block counting
+ * the bytes on its own mbarrier `bar`; the caller announces the bytes that will land (stage 09's pairs:
+ * the whole tile, both halves). */
 template <int D>
 static __device__ __forceinline__ void hop_load_tile_part_multicast(uint32_t dst, const CUtensorMap *map,
                                                                     uint32_t bar, int rows, int first,
