@@ -37,8 +37,10 @@ HOPPER_DESC_FN uint64_t hop_desc_sw128(uint32_t saddr, uint32_t leading_bytes, u
 /* The descriptor of the same operand `bytes` further on (a multiple of 16): one add to the start
  * address field. While the address stays inside the 228 KB window the field (at most 14592 of its
  * 16384 values) never carries into the bits above it. Built once per tile and advanced per k-step, a
- * GEMM's descriptors cost one add each instead of a mask, a shift and an or (ncu, stage 09 at D = 64:
- * about 25 fewer instructions per warp and tile, out of ~480; +2% at D = 64 non-causal). */
+ * GEMM's descriptors cost one add each instead of a mask, a shift and an or. Why it matters: ncu put
+ * stage 09 at ~480 instructions per warp and tile at D = 64 against flash-attn-4's ~420 for the same
+ * math, the descriptors' uniform-datapath arithmetic a large part of the difference; advancing them
+ * measured +2% for 09 at D = 64 non-causal (09 README, road table). */
 HOPPER_DESC_FN uint64_t hop_desc_advance(uint64_t desc, uint32_t bytes) {
     return (desc & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)desc + (bytes >> 4));
 }
