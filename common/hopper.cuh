@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "hopper_desc.h"
 #include "wgmma_ops.cuh"
 
 static __device__ __forceinline__ uint32_t hop_smem_addr(const void *p) {
@@ -90,18 +91,8 @@ static __device__ __forceinline__ void hop_fence_async_smem(void) {
 }
 
 /* ---- wgmma: warpgroup matrix multiply ---------------------------------------------------------
- * The 64-bit shared-memory matrix descriptor: start address, leading and stride byte offsets (all
- * in 16-byte units), and the swizzle mode (1 = 128-byte). For a K-major operand (rows of Q or K,
- * 128 bytes = 64 elements of K per row inside one swizzle atom) the stride byte offset is the step
- * from one group of 8 rows to the next: 8 x 128 = 1024 bytes; the leading offset is unused. For an
- * MN-major operand (V read as B of O += P V: rows are keys = the K dimension, 64 head-dim columns
- * per 128-byte row) the leading offset is the step between 64-column blocks of the head dim and the
- * stride offset the step between groups of 8 keys (1024 bytes). */
-static __device__ __forceinline__ uint64_t hop_desc_sw128(uint32_t saddr, uint32_t leading_bytes,
-                                                          uint32_t stride_bytes) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)(leading_bytes >> 4) << 16) |
-           ((uint64_t)(stride_bytes >> 4) << 32) | (1ull << 62);
-}
+ * Operands in shared memory are named by 64-bit descriptors: hop_desc_sw128() and hop_desc_advance()
+ * in hopper_desc.h (plain C, tested on the CPU). */
 /* Before the first wgmma of a batch: registers it reads or accumulates into were written by
  * ordinary instructions (O rescaled by alpha, P packed) and must be settled first. */
 static __device__ __forceinline__ void hop_wgmma_fence(void) {

@@ -94,11 +94,12 @@ static __device__ __forceinline__ void hop_load_tile_part_multicast(uint32_t dst
 template <int BF16, int D, int BR, int BC, int NEG>
 static __device__ __forceinline__ void hop_issue_s(float (&s)[BC / 2], uint32_t q_rows, uint32_t k_tile) {
     hop_wgmma_fence();
+    const uint64_t q_desc = hop_desc_sw128(q_rows, 16, 1024), k_desc = hop_desc_sw128(k_tile, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t col = (uint32_t)((kk & 3) * 32);
-        const uint64_t a = hop_desc_sw128(q_rows + (uint32_t)((kk >> 2) * BR * 128) + col, 16, 1024);
-        const uint64_t b = hop_desc_sw128(k_tile + (uint32_t)((kk >> 2) * BC * 128) + col, 16, 1024);
+        const uint64_t a = hop_desc_advance(q_desc, (uint32_t)((kk >> 2) * BR * 128) + col);
+        const uint64_t b = hop_desc_advance(k_desc, (uint32_t)((kk >> 2) * BC * 128) + col);
         hop_wgmma_ss<BF16, NEG, BC>(s, a, b, kk > 0);
     }
     hop_wgmma_commit();
@@ -121,9 +122,10 @@ template <int BF16, int D, int BC>
 static __device__ __forceinline__ void hop_issue_pv(float (&o)[D / 2], const uint32_t (&p)[BC / 16][4],
                                                     uint32_t v_tile) {
     hop_wgmma_fence();
+    const uint64_t v_desc = hop_desc_sw128(v_tile, BC * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk)
-        hop_wgmma_rs<BF16, D>(o, p[kk], hop_desc_sw128(v_tile + (uint32_t)(kk * 16 * 128), BC * 128, 1024));
+        hop_wgmma_rs<BF16, D>(o, p[kk], hop_desc_advance(v_desc, (uint32_t)(kk * 16 * 128)));
     hop_wgmma_commit();
 }
 
