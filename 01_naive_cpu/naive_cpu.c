@@ -42,9 +42,10 @@ static attn_status head_load(head_cache *c, const attn_problem *p, const uint16_
     if (!c->k) {
         c->k = attn_alloc((size_t)n * sizeof(float));
         c->v = attn_alloc((size_t)n * sizeof(float));
+        char size[32];
         if (!c->k || !c->v)
-            return attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate %.1f MiB for one head of K and V",
-                             2.0 * (double)n * 4.0 / 1048576.0);
+            return attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate %s for one head of K and V",
+                             attn_size_text(2.0 * (double)n * 4.0, size, sizeof size));
     }
     const uint16_t *kh = k + bh * n, *vh = v + bh * n;
 #pragma omp parallel for schedule(static)

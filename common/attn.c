@@ -93,3 +93,15 @@ void *attn_alloc(size_t bytes) {
     }
     return malloc(bytes ? bytes : 1);
 }
+
+char *attn_size_text(double bytes, char *buf, size_t cap) {
+    if (bytes < 1024.0)
+        snprintf(buf, cap, "%.0f bytes", bytes);
+    else if (bytes < 1048576.0)
+        snprintf(buf, cap, "%.1f KiB", bytes / 1024.0);
+    else if (bytes < 1073741824.0)
+        snprintf(buf, cap, "%.1f MiB", bytes / 1048576.0);
+    else
+        snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+    return buf;
+}

@@ -75,6 +75,11 @@ void attn_clear_error(void);
  * reached on purpose. Free the result with free(). */
 void *attn_alloc(size_t bytes);
 
+/* A byte count in the unit that reads best in a message: "512 bytes", "4.1 KiB", "96.0 MiB", "3.00 GiB"
+ * (an out-of-memory line for a small problem used to read "0.00 GiB"). Writes at most `cap` bytes into
+ * buf and returns buf. */
+char *attn_size_text(double bytes, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

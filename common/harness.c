@@ -54,8 +54,9 @@ static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
     in->q = attn_alloc(bytes), in->k = attn_alloc(bytes), in->v = attn_alloc(bytes);
     if (!in->q || !in->k || !in->v) {
         attn_inputs_free(in);
-        return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for Q, K and V",
-                         3.0 * (double)bytes / 1073741824.0);
+        char size[32];
+        return attn_fail(ATTN_ENOMEM, "cannot allocate %s of host memory for Q, K and V",
+                         attn_size_text(3.0 * (double)bytes, size, sizeof size));
     }
     return ATTN_OK;
 }
@@ -293,10 +294,13 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     uint16_t *o = o_host ? o_host : attn_alloc(o_bytes);
     float *lse = lse_host && s->writes_lse ? lse_host : attn_alloc(lse_bytes);
     if (!o || !lse) {
+        const int lse_failed = o != NULL; /* read before the free: the message names the one that failed */
         if (o != o_host) free(o);
         if (lse != lse_host) free(lse);
-        return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for O",
-                         (double)o_bytes / 1073741824.0);
+        char size[32];
+        return attn_fail(ATTN_ENOMEM, "cannot allocate %s of host memory for %s",
+                         attn_size_text(lse_failed ? (double)lse_bytes : (double)o_bytes, size, sizeof size),
+                         lse_failed ? "LSE" : "O");
     }
     double t0 = now_ms();
     st = s->on_gpu ? attn_run_gpu(s, in, opt, res, o, lse) : run_cpu(s, in, opt, res, o, lse);

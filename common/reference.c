@@ -159,8 +159,9 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
     reference_walk c = {p, q, k, v, rows, o, lse};
     const attn_head_walk w = {(size_t)(2 * N * D) * sizeof(double), (size_t)N * sizeof(double),
                               reference_decode, reference_walk_row, &c};
+    char size[32];
     if (attn_walk_heads(p, rows, nrows, &w))
-        return attn_fail(ATTN_ENOMEM, "reference: cannot allocate one head of K and V (%.1f MiB) or its scores",
-                         2.0 * (double)(N * D) * 8.0 / 1048576.0);
+        return attn_fail(ATTN_ENOMEM, "reference: cannot allocate one head of K and V (%s) or its scores",
+                         attn_size_text(2.0 * (double)(N * D) * 8.0, size, sizeof size));
     return ATTN_OK;
 }

@@ -54,6 +54,18 @@ Test(errors, long_context_keeps_the_reason) {
 
 /* ---- the shell scripts -------------------------------------------------------------------- */
 
+/* Sizes in messages: the unit that keeps the number readable, at each unit's edges. */
+Test(errors, sizes_read_in_their_unit) {
+    char buf[32];
+    cr_expect_str_eq(attn_size_text(0, buf, sizeof buf), "0 bytes");
+    cr_expect_str_eq(attn_size_text(1023, buf, sizeof buf), "1023 bytes");
+    cr_expect_str_eq(attn_size_text(1024, buf, sizeof buf), "1.0 KiB");
+    cr_expect_str_eq(attn_size_text(4176, buf, sizeof buf), "4.1 KiB");
+    cr_expect_str_eq(attn_size_text(96.0 * 1048576, buf, sizeof buf), "96.0 MiB");
+    cr_expect_str_eq(attn_size_text(3.0 * 1073741824, buf, sizeof buf), "3.00 GiB");
+    cr_expect_str_eq(attn_size_text(3.0 * 1073741824, buf, 5), "3.00", "cut to the buffer, terminated");
+}
+
 Test(errors, every_shell_script_parses) {
     char cmd[4096];
     /* sh -n for #!/bin/sh scripts (dash here: stricter than bash), bash -n for bash ones */
@@ -114,6 +126,8 @@ static void sweep(const char *args, const char *save_dir, int expect_files) {
         if (rc == 0) break;
         cr_assert_eq(rc, 1, "allocation %d failed: exit status %d (124: it hung), want 1: %s", n, rc, out);
         cr_assert(strstr(out, "allocate") || strstr(out, "out of memory"), "allocation %d: %s", n, out);
+        cr_assert(!strstr(out, " 0.0 ") && !strstr(out, " 0.00 "), "allocation %d: a size that reads as zero: %s", n,
+                  out);
         cr_assert_null(strstr(out, "Sanitizer"), "allocation %d: %s", n, out);
         if (save_dir) cr_assert_eq(count_entries(save_dir), 0, "allocation %d left files in %s", n, save_dir);
     }
