@@ -40,6 +40,13 @@
 #include "stage09.h"
 #include "work_units.h"
 
+/* The Hopper stages' parameters and, for D = 64, a tensor map of O (boxes of 64 columns x 64 rows: one
+ * consumer warpgroup's rows) for the copy engine's stores; zeros at the other head dims. */
+typedef struct {
+    hop_attn_params a;
+    CUtensorMap o_map;
+} overlap_params;
+
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
  *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of)
@@ -107,15 +114,21 @@ static __host__ __device__ constexpr int consumer_regs_for(int d) {
     return hop_consumer_regs(threads_for(d), 1, PRODUCER_REGS);
 }
 static_assert(consumer_regs_for(64) == 160 && consumer_regs_for(128) == 240, "tiles table above");
-/* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
+/* D = 64 stores O through the copy engine (store_o_through_tma): each consumer warpgroup stages its
+ * 64 x 64 tile of O, 8 KB, in shared memory. The other head dims store from registers. */
+static __host__ __device__ constexpr int o_staging_bytes(int d) {
+    return d == 64 ? consumers_for(d) * 64 * 128 : 0;
+}
+/* Q, the K ring, the V ring, O's staging, 2 + 4 x stages mbarriers, and 1 KB to round the base up */
 static __host__ __device__ constexpr int smem_bytes(int d, int bc) {
-    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) +
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) + o_staging_bytes(d) +
            8 * (2 + 4 * stages_for(d)) + 1024;
 }
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
     uint32_t q, k, v;                   /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t o_staging;                 /* D = 64: consumer warpgroup wg's O tile at + wg * 8 KB */
     uint32_t q_full, k_full, v_full;    /* written by the copy engine; buffer s's at + 8 s */
     uint32_t q_empty, k_empty, v_empty; /* read by every consumer thread */
 } smem_layout;
@@ -126,7 +139,8 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     s.q = base;
     s.k = s.q + hop_tile_bytes(br_for(D), D);
     s.v = s.k + S * KV;
-    s.q_full = s.v + S * KV;
+    s.o_staging = s.v + S * KV;
+    s.q_full = s.o_staging + o_staging_bytes(D);
     s.k_full = s.q_full + 8;
     s.v_full = s.k_full + 8 * S;
     s.q_empty = s.v_full + 8 * S;
@@ -320,11 +334,49 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     release_kv<D, PAIR>(sm->v_empty + 8 * prev);
 }
 
+/*
+ * O through the copy engine (D = 64). The warpgroup writes its 64 x 64 tile of O / l into its staging
+ * buffer in the 128-byte swizzle of the O map (16-byte chunk c of row r at chunk c ^ (r & 7): a warp's
+ * store of one chunk column reaches 8 rows in 8 different chunks, all 32 banks), then one thread asks
+ * the engine to write the box to global memory, which drops the rows past N. Before the buffer is
+ * written again (the next item) that thread waits until the engine has read it. In place of 16 stores
+ * a thread, each writing 16-byte pieces of 8 rows: one 8 KB bulk copy.
+ */
+static constexpr int STAGING_BAR = PINGPONG_BAR + 3; /* ids 4, 5, 6: one per consumer warpgroup */
+template <int BF16>
+static __device__ __forceinline__ void store_o_through_tma(const overlap_params *op, uint32_t staging,
+                                                           const hop_rows<64> *r, int64_t bh, int q0, int wg) {
+    const int t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2, warp = (threadIdx.x >> 5) & 3;
+    const int leader = (threadIdx.x & 127) == 0;
+    if (leader) hop_tma_store_wait_read();
+    hop_bar_sync(STAGING_BAR + wg, 128);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = hop_row_sum_l(r->l[h]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = 16 * warp + 8 * h + g; /* in the warpgroup's tile; row & 7 == g */
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const uint32_t v = pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(staging + row * 128 + ((c ^ g) << 4) + 4 * t), "r"(v)
+                         : "memory");
+        }
+        hop_store_lse(&op->a, bh, q0 + wg * 64 + row, r->m[h], l);
+    }
+    hop_fence_async_smem();
+    hop_bar_sync(STAGING_BAR + wg, 128);
+    if (leader) {
+        hop_tma_store_3d(&op->o_map, staging, 0, q0 + wg * 64, (int)bh);
+        hop_tma_store_commit();
+    }
+}
+
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
-static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg,
+static __device__ __forceinline__ void consume(const overlap_params *op, const smem_layout *sm, int wg,
                                                unsigned rank) {
+    const hop_attn_params *p = &op->a;
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
     const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
@@ -353,15 +405,21 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
             for (; j >= 0; --j, ++it)
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
-            hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
+            if constexpr (D == 64)
+                store_o_through_tma<BF16>(op, sm->o_staging + wg * 64 * 128, &r, w.bh, q0, wg);
+            else
+                hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
+    if constexpr (D == 64)
+        if ((threadIdx.x & 127) == 0) hop_tma_store_wait_all(); /* the last store, before the block exits */
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 __global__ void __launch_bounds__(threads_for(D), 1)
-    overlap_kernel(const __grid_constant__ hop_attn_params p) {
+    overlap_kernel(const __grid_constant__ overlap_params op) {
+    const hop_attn_params &p = op.a;
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
     /* arrivals that release a K/V buffer (release_kv): one per consumer warp or thread, from both blocks
      * for PAIR */
@@ -390,7 +448,7 @@ __global__ void __launch_bounds__(threads_for(D), 1)
         if (threadIdx.x == 0) produce<D, BC, CAUSAL, PAIR>(&p, &sm, rank);
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-        consume<BF16, D, BC, CAUSAL, PAIR>(&p, &sm, wg - 1, rank);
+        consume<BF16, D, BC, CAUSAL, PAIR>(&op, &sm, wg - 1, rank);
         /* PAIR: no block leaves while the other's consumers may still arrive on its barriers. The
          * producer's threads exit instead (the cluster barrier waits for threads that have not exited;
          * holding its 24 registers across the barrier cost a spill): every copy it issued into the other
@@ -405,7 +463,7 @@ __global__ void __launch_bounds__(threads_for(D), 1)
  * of free SMs in a GPC one stays idle), never more than there are units. The occupancy query is asked
  * on every launch, as the shared-memory opt-in is: each cost about 0.4 us a call on the H200 (a probe
  * of 20000 calls), against 4.3 us to launch a cluster kernel, so neither is cached. */
-static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_attn_params *kp, int64_t units,
+static attn_status launch_pairs(void (*kern)(const overlap_params), const overlap_params *kp, int64_t units,
                                 int threads, int smem, int sms, cudaStream_t stream) {
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
@@ -432,15 +490,15 @@ static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_a
  * units, which make causal rounds even, and its tail of single row blocks, longest first, which makes
  * the last rounds end together. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
-static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
-    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
+static attn_status launch_tiles(const overlap_params *kp, cudaStream_t stream) {
+    void (*kern)(const overlap_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09");
     if (st != ATTN_OK) return st;
     int dev = 0, sms = 0;
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
-    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh, (unsigned)sms);
+    const int64_t tr = (kp->a.n + br_for(D) - 1) / br_for(D);
+    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->a.bh, (unsigned)sms);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
         kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
@@ -454,16 +512,22 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
  * non-causal has two (the wide one is instantiated there only). tile_keys() runs again here: a few
  * integer operations per launch, where storing Bc in hop_attn_params would change 07's and 08's. */
 template <int BF16, int D, int CAUSAL, int PAIR>
-static attn_status launch_bc(const hop_attn_params *kp, cudaStream_t stream) {
+static attn_status launch_bc(const overlap_params *kp, cudaStream_t stream) {
     if constexpr (D == 128 && !CAUSAL)
-        if (tile_keys(D, CAUSAL, kp->n) == WIDE_BC_128)
+        if (tile_keys(D, CAUSAL, kp->a.n) == WIDE_BC_128)
             return launch_tiles<BF16, D, WIDE_BC_128, CAUSAL, PAIR>(kp, stream);
     return launch_tiles<BF16, D, narrow_bc_for(D), CAUSAL, PAIR>(kp, stream);
 }
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
-    if constexpr (!CAUSAL && pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
-    return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
+    overlap_params op = {};
+    op.a = *kp;
+    if constexpr (D == 64) {
+        const attn_status st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64);
+        if (st != ATTN_OK) return st;
+    }
+    if constexpr (!CAUSAL && pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(&op, stream);
+    return launch_bc<BF16, D, CAUSAL, 0>(&op, stream);
 }
 
 HOP_STAGE_ENTRY_PER_PROBLEM(stage09_run, "09")
