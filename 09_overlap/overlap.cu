@@ -114,21 +114,32 @@ static __host__ __device__ constexpr int consumer_regs_for(int d) {
     return hop_consumer_regs(threads_for(d), 1, PRODUCER_REGS);
 }
 static_assert(consumer_regs_for(64) == 160 && consumer_regs_for(128) == 240, "tiles table above");
-/* D = 64 stores O through the copy engine (store_o_through_tma): each consumer warpgroup stages its
- * 64 x 64 tile of O, 8 KB, in shared memory. The other head dims store from registers. */
-static __host__ __device__ constexpr int o_staging_bytes(int d) {
-    return d == 64 ? consumers_for(d) * 64 * 128 : 0;
+/* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
+static __host__ __device__ constexpr int smem_without_staging(int d, int bc) {
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) + 8 * (2 + 4 * stages_for(d)) +
+           1024;
 }
-/* Q, the K ring, the V ring, O's staging, 2 + 4 x stages mbarriers, and 1 KB to round the base up */
+/* Where shared memory has room for it (227 KB a block), each consumer warpgroup stages its 64-row tile
+ * of O there and the copy engine stores it (store_o_through_tma): D = 64 (+24 KB), D = 128 with 128-key
+ * tiles (+32 KB). The 192-key tiles at D = 128 and D = 256's tiles leave no room: they store O from
+ * registers. */
+static __host__ __device__ constexpr int o_staging_bytes(int d, int bc) {
+    return smem_without_staging(d, bc) + consumers_for(d) * hop_tile_bytes(64, d) <= 227 * 1024
+               ? consumers_for(d) * hop_tile_bytes(64, d)
+               : 0;
+}
+static __host__ __device__ constexpr int stores_o_by_tma(int d, int bc) { return o_staging_bytes(d, bc) > 0; }
+static_assert(stores_o_by_tma(64, 128) && stores_o_by_tma(128, 128) && !stores_o_by_tma(128, 192) &&
+                  !stores_o_by_tma(256, 80),
+              "the comment above");
 static __host__ __device__ constexpr int smem_bytes(int d, int bc) {
-    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) + o_staging_bytes(d) +
-           8 * (2 + 4 * stages_for(d)) + 1024;
+    return smem_without_staging(d, bc) + o_staging_bytes(d, bc);
 }
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
     uint32_t q, k, v;                   /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
-    uint32_t o_staging;                 /* D = 64: consumer warpgroup wg's O tile at + wg * 8 KB */
+    uint32_t o_staging;                 /* consumer warpgroup wg's O tile at + wg * 64 rows x D x 2 B */
     uint32_t q_full, k_full, v_full;    /* written by the copy engine; buffer s's at + 8 s */
     uint32_t q_empty, k_empty, v_empty; /* read by every consumer thread */
 } smem_layout;
@@ -140,7 +151,7 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     s.k = s.q + hop_tile_bytes(br_for(D), D);
     s.v = s.k + S * KV;
     s.o_staging = s.v + S * KV;
-    s.q_full = s.o_staging + o_staging_bytes(D);
+    s.q_full = s.o_staging + o_staging_bytes(D, BC);
     s.k_full = s.q_full + 8;
     s.v_full = s.k_full + 8 * S;
     s.q_empty = s.v_full + 8 * S;
@@ -335,17 +346,19 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
 }
 
 /*
- * O through the copy engine (D = 64). The warpgroup writes its 64 x 64 tile of O / l into its staging
- * buffer in the 128-byte swizzle of the O map (16-byte chunk c of row r at chunk c ^ (r & 7): a warp's
- * store of one chunk column reaches 8 rows in 8 different chunks, all 32 banks), then one thread asks
- * the engine to write the box to global memory, which drops the rows past N. Before the buffer is
- * written again (the next item) that thread waits until the engine has read it. In place of 16 stores
- * a thread, each writing 16-byte pieces of 8 rows: one 8 KB bulk copy.
+ * O through the copy engine (stores_o_by_tma). The warpgroup writes its 64-row tile of O / l into its
+ * staging buffer as D / 64 regions of 64 rows x 128 bytes, each in the 128-byte swizzle of the O map
+ * (16-byte chunk c of row r at chunk c ^ (r & 7): a warp's store of one chunk column reaches 8 rows in 8
+ * different chunks, all 32 banks), then one thread asks the engine to write the boxes to global memory,
+ * which drops the rows past N. Before the buffer is written again (the next item) that thread waits
+ * until the engine has read it. In place of D / 4 stores a thread, each writing 16-byte pieces of 8
+ * rows: D / 64 bulk copies of 8 KB (A/B at D = 64: +0.7 to +3%, README.md's road table).
  */
 static constexpr int STAGING_BAR = PINGPONG_BAR + 3; /* ids 4, 5, 6: one per consumer warpgroup */
-template <int BF16>
+template <int BF16, int D>
 static __device__ __forceinline__ void store_o_through_tma(const overlap_params *op, uint32_t staging,
-                                                           const hop_rows<64> *r, int64_t bh, int q0, int wg) {
+                                                           const hop_rows<D> *r, int64_t bh, int q0, int wg) {
+    constexpr int REGION = hop_tile_bytes(64, 64); /* 64 rows x 128 bytes */
     const int t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2, warp = (threadIdx.x >> 5) & 3;
     const int leader = (threadIdx.x & 127) == 0;
     if (leader) hop_tma_store_wait_read();
@@ -356,17 +369,19 @@ static __device__ __forceinline__ void store_o_through_tma(const overlap_params 
         const float inv = l > 0.f ? 1.f / l : 0.f;
         const int row = 16 * warp + 8 * h + g; /* in the warpgroup's tile; row & 7 == g */
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
+        for (int c = 0; c < D / 8; ++c) {
             const uint32_t v = pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(staging + row * 128 + ((c ^ g) << 4) + 4 * t), "r"(v)
-                         : "memory");
+            const uint32_t at = staging + (c >> 3) * REGION + row * 128 + (((c & 7) ^ g) << 4) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
         }
         hop_store_lse(&op->a, bh, q0 + wg * 64 + row, r->m[h], l);
     }
     hop_fence_async_smem();
     hop_bar_sync(STAGING_BAR + wg, 128);
     if (leader) {
-        hop_tma_store_3d(&op->o_map, staging, 0, q0 + wg * 64, (int)bh);
+#pragma unroll
+        for (int region = 0; region < D / 64; ++region)
+            hop_tma_store_3d(&op->o_map, staging + region * REGION, 64 * region, q0 + wg * 64, (int)bh);
         hop_tma_store_commit();
     }
 }
@@ -405,12 +420,12 @@ static __device__ __forceinline__ void consume(const overlap_params *op, const s
             for (; j >= 0; --j, ++it)
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
-            if constexpr (D == 64)
-                store_o_through_tma<BF16>(op, sm->o_staging + wg * 64 * 128, &r, w.bh, q0, wg);
+            if constexpr (stores_o_by_tma(D, BC))
+                store_o_through_tma<BF16, D>(op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0, wg);
             else
                 hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
-    if constexpr (D == 64)
+    if constexpr (stores_o_by_tma(D, BC))
         if ((threadIdx.x & 127) == 0) hop_tma_store_wait_all(); /* the last store, before the block exits */
 }
 
@@ -490,44 +505,42 @@ static attn_status launch_pairs(void (*kern)(const overlap_params), const overla
  * units, which make causal rounds even, and its tail of single row blocks, longest first, which makes
  * the last rounds end together. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
-static attn_status launch_tiles(const overlap_params *kp, cudaStream_t stream) {
+static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const overlap_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
-    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09");
-    if (st != ATTN_OK) return st;
+    overlap_params op = {};
+    op.a = *kp;
+    attn_status st;
+    if constexpr (stores_o_by_tma(D, BC)) /* boxes of 64 columns x one warpgroup's 64 rows */
+        if ((st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64)) != ATTN_OK) return st;
+    if ((st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09")) != ATTN_OK) return st;
     int dev = 0, sms = 0;
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t tr = (kp->a.n + br_for(D) - 1) / br_for(D);
-    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->a.bh, (unsigned)sms);
+    const int64_t tr = (kp->n + br_for(D) - 1) / br_for(D);
+    const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh, (unsigned)sms);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
-        kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
+        kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(op);
         ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
         return ATTN_OK;
     }
-    return launch_pairs(kern, kp, units, threads_for(D), smem_bytes(D, BC), sms, stream);
+    return launch_pairs(kern, &op, units, threads_for(D), smem_bytes(D, BC), sms, stream);
 }
 
 /* The kernel with the Bc that tile_keys() chose (the K/V boxes come from keys_per_tile()): only D = 128
  * non-causal has two (the wide one is instantiated there only). tile_keys() runs again here: a few
  * integer operations per launch, where storing Bc in hop_attn_params would change 07's and 08's. */
 template <int BF16, int D, int CAUSAL, int PAIR>
-static attn_status launch_bc(const overlap_params *kp, cudaStream_t stream) {
+static attn_status launch_bc(const hop_attn_params *kp, cudaStream_t stream) {
     if constexpr (D == 128 && !CAUSAL)
-        if (tile_keys(D, CAUSAL, kp->a.n) == WIDE_BC_128)
+        if (tile_keys(D, CAUSAL, kp->n) == WIDE_BC_128)
             return launch_tiles<BF16, D, WIDE_BC_128, CAUSAL, PAIR>(kp, stream);
     return launch_tiles<BF16, D, narrow_bc_for(D), CAUSAL, PAIR>(kp, stream);
 }
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
-    overlap_params op = {};
-    op.a = *kp;
-    if constexpr (D == 64) {
-        const attn_status st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64);
-        if (st != ATTN_OK) return st;
-    }
-    if constexpr (!CAUSAL && pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(&op, stream);
-    return launch_bc<BF16, D, CAUSAL, 0>(&op, stream);
+    if constexpr (!CAUSAL && pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
+    return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
 }
 
 HOP_STAGE_ENTRY_PER_PROBLEM(stage09_run, "09")
