@@ -25,7 +25,8 @@
  * barrier so that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a
  * tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
- * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%).
+ * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%), and O stored through
+ * shared memory by the copy engine where the staging fits (store_o_through_tma(), +1-8%).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
@@ -40,8 +41,9 @@
 #include "stage09.h"
 #include "work_units.h"
 
-/* The Hopper stages' parameters and, for D = 64, a tensor map of O (boxes of 64 columns x 64 rows: one
- * consumer warpgroup's rows) for the copy engine's stores; zeros at the other head dims. */
+/* The Hopper stages' parameters and, for the kernels that store O through the copy engine
+ * (stores_o_by_tma), a tensor map of O with boxes of 64 columns x 64 rows (one consumer warpgroup's
+ * rows); zeros for the others. */
 typedef struct {
     hop_attn_params a;
     CUtensorMap o_map;
@@ -49,11 +51,11 @@ typedef struct {
 
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
- *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of)
- *   64    192 x 128   3             4        24 + 4 x (16 + 16) = 152 KB   64 +  32 + 32 (160)
- *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32 (240)
- *   128   128 x 192   2             2        32 + 2 x (48 + 48) = 224 KB   96 +  64 + 48 (240)
- *   256   128 x 80    2             2        64 + 2 x (40 + 40) = 224 KB   40 + 128 + 20 (240)
+ *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V) + O     registers: S + O + P (of)
+ *   64    192 x 128   3             4        24 + 4 x (16 + 16) + 24 = 176 KB   64 +  32 + 32 (160)
+ *   128   128 x 128   2             2        32 + 2 x (32 + 32) + 32 = 192 KB   64 +  64 + 32 (240)
+ *   128   128 x 192   2             2        32 + 2 x (48 + 48)      = 224 KB   96 +  64 + 48 (240)
+ *   256   128 x 80    2             2        64 + 2 x (40 + 40)      = 224 KB   40 + 128 + 20 (240)
  * Warpgroup 0 is the producer; consumer warpgroup c (1..W) owns rows 64(c-1) .. 64c-1 of the Q tile.
  *
  * The tile shape per head dim (README.md's road table has what each choice measured). D = 64 runs
@@ -116,8 +118,8 @@ static __host__ __device__ constexpr int consumer_regs_for(int d) {
 static_assert(consumer_regs_for(64) == 160 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_without_staging(int d, int bc) {
-    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) + 8 * (2 + 4 * stages_for(d)) +
-           1024;
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) +
+           8 * (2 + 4 * stages_for(d)) + 1024;
 }
 /* Where shared memory has room for it (227 KB a block), each consumer warpgroup stages its 64-row tile
  * of O there and the copy engine stores it (store_o_through_tma): D = 64 (+24 KB), D = 128 with 128-key
@@ -352,7 +354,8 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
  * different chunks, all 32 banks), then one thread asks the engine to write the boxes to global memory,
  * which drops the rows past N. Before the buffer is written again (the next item) that thread waits
  * until the engine has read it. In place of D / 4 stores a thread, each writing 16-byte pieces of 8
- * rows: D / 64 bulk copies of 8 KB (A/B at D = 64: +0.7 to +3%, README.md's road table).
+ * rows: D / 64 bulk copies of 8 KB. Measured against storing from registers (README.md's road table):
+ * +0.5 to +3.7% at D = 64, +1.7 to +8.2% at D = 128 (most where an item has few key tiles).
  */
 static constexpr int STAGING_BAR = PINGPONG_BAR + 3; /* ids 4, 5, 6: one per consumer warpgroup */
 template <int BF16, int D>
@@ -421,7 +424,8 @@ static __device__ __forceinline__ void consume(const overlap_params *op, const s
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
             if constexpr (stores_o_by_tma(D, BC))
-                store_o_through_tma<BF16, D>(op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0, wg);
+                store_o_through_tma<BF16, D>(op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0,
+                                             wg);
             else
                 hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
