@@ -25,7 +25,8 @@
  * barrier so that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a
  * tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
- * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%).
+ * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%), and O stored through
+ * shared memory by the copy engine where the staging fits (store_o_through_tma(), +1-8%).
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
  *
@@ -40,13 +41,21 @@
 #include "stage09.h"
 #include "work_units.h"
 
+/* The Hopper stages' parameters and, for the kernels that store O through the copy engine
+ * (stores_o_by_tma), a tensor map of O with boxes of 64 columns x 64 rows (one consumer warpgroup's
+ * rows); zeros for the others. */
+typedef struct {
+    hop_attn_params a;
+    CUtensorMap o_map;
+} overlap_params;
+
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
- *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V)   registers: S + O + P (of)
- *   64    192 x 128   3             4        24 + 4 x (16 + 16) = 152 KB   64 +  32 + 32 (160)
- *   128   128 x 128   2             2        32 + 2 x (32 + 32) = 160 KB   64 +  64 + 32 (240)
- *   128   128 x 192   2             2        32 + 2 x (48 + 48) = 224 KB   96 +  64 + 48 (240)
- *   256   128 x 80    2             2        64 + 2 x (40 + 40) = 224 KB   40 + 128 + 20 (240)
+ *   D     Br x Bc     consumer WGs  stages  smem: Q + stages x (K + V) + O     registers: S + O + P (of)
+ *   64    192 x 128   3             4        24 + 4 x (16 + 16) + 24 = 176 KB   64 +  32 + 32 (160)
+ *   128   128 x 128   2             2        32 + 2 x (32 + 32) + 32 = 192 KB   64 +  64 + 32 (240)
+ *   128   128 x 192   2             2        32 + 2 x (48 + 48)      = 224 KB   96 +  64 + 48 (240)
+ *   256   128 x 80    2             2        64 + 2 x (40 + 40)      = 224 KB   40 + 128 + 20 (240)
  * Warpgroup 0 is the producer; consumer warpgroup c (1..W) owns rows 64(c-1) .. 64c-1 of the Q tile.
  *
  * The tile shape per head dim (README.md's road table has what each choice measured). D = 64 runs
@@ -108,14 +117,31 @@ static __host__ __device__ constexpr int consumer_regs_for(int d) {
 }
 static_assert(consumer_regs_for(64) == 160 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 2 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
-static __host__ __device__ constexpr int smem_bytes(int d, int bc) {
+static __host__ __device__ constexpr int smem_without_staging(int d, int bc) {
     return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc, d) +
            8 * (2 + 4 * stages_for(d)) + 1024;
+}
+/* Where shared memory has room for it (227 KB a block), each consumer warpgroup stages its 64-row tile
+ * of O there and the copy engine stores it (store_o_through_tma): D = 64 (+24 KB), D = 128 with 128-key
+ * tiles (+32 KB). The 192-key tiles at D = 128 and D = 256's tiles leave no room: they store O from
+ * registers. */
+static __host__ __device__ constexpr int o_staging_bytes(int d, int bc) {
+    return smem_without_staging(d, bc) + consumers_for(d) * hop_tile_bytes(64, d) <= 227 * 1024
+               ? consumers_for(d) * hop_tile_bytes(64, d)
+               : 0;
+}
+static __host__ __device__ constexpr int stores_o_by_tma(int d, int bc) { return o_staging_bytes(d, bc) > 0; }
+static_assert(stores_o_by_tma(64, 128) && stores_o_by_tma(128, 128) && !stores_o_by_tma(128, 192) &&
+                  !stores_o_by_tma(256, 80),
+              "the comment above");
+static __host__ __device__ constexpr int smem_bytes(int d, int bc) {
+    return smem_without_staging(d, bc) + o_staging_bytes(d, bc);
 }
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
     uint32_t q, k, v;                   /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t o_staging;                 /* consumer warpgroup wg's O tile at + wg * 64 rows x D x 2 B */
     uint32_t q_full, k_full, v_full;    /* written by the copy engine; buffer s's at + 8 s */
     uint32_t q_empty, k_empty, v_empty; /* read by every consumer thread */
 } smem_layout;
@@ -126,7 +152,8 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     s.q = base;
     s.k = s.q + hop_tile_bytes(br_for(D), D);
     s.v = s.k + S * KV;
-    s.q_full = s.v + S * KV;
+    s.o_staging = s.v + S * KV;
+    s.q_full = s.o_staging + o_staging_bytes(D, BC);
     s.k_full = s.q_full + 8;
     s.v_full = s.k_full + 8 * S;
     s.q_empty = s.v_full + 8 * S;
@@ -320,11 +347,54 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     release_kv<D, PAIR>(sm->v_empty + 8 * prev);
 }
 
+/*
+ * O through the copy engine (stores_o_by_tma). The warpgroup writes its 64-row tile of O / l into its
+ * staging buffer as D / 64 regions of 64 rows x 128 bytes, each in the 128-byte swizzle of the O map
+ * (16-byte chunk c of row r at chunk c ^ (r & 7): a warp's store of one chunk column reaches 8 rows in 8
+ * different chunks, all 32 banks), then one thread asks the engine to write the boxes to global memory,
+ * which drops the rows past N. Before the buffer is written again (the next item) that thread waits
+ * until the engine has read it. In place of D / 4 stores a thread, each writing 16-byte pieces of 8
+ * rows: D / 64 bulk copies of 8 KB. Measured against storing from registers (README.md's road table):
+ * +0.5 to +3.7% at D = 64, +1.7 to +8.2% at D = 128 (most where an item has few key tiles).
+ */
+static constexpr int STAGING_BAR = PINGPONG_BAR + 3; /* ids 4, 5, 6: one per consumer warpgroup */
+template <int BF16, int D>
+static __device__ __forceinline__ void store_o_through_tma(const overlap_params *op, uint32_t staging,
+                                                           const hop_rows<D> *r, int64_t bh, int q0, int wg) {
+    constexpr int REGION = hop_tile_bytes(64, 64); /* 64 rows x 128 bytes */
+    const int t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2, warp = (threadIdx.x >> 5) & 3;
+    const int leader = (threadIdx.x & 127) == 0;
+    if (leader) hop_tma_store_wait_read();
+    hop_bar_sync(STAGING_BAR + wg, 128);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = hop_row_sum_l(r->l[h]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = 16 * warp + 8 * h + g; /* in the warpgroup's tile; row & 7 == g */
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+            const uint32_t v = pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
+            const uint32_t at = staging + (c >> 3) * REGION + row * 128 + (((c & 7) ^ g) << 4) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+        }
+        hop_store_lse(&op->a, bh, q0 + wg * 64 + row, r->m[h], l);
+    }
+    hop_fence_async_smem();
+    hop_bar_sync(STAGING_BAR + wg, 128);
+    if (leader) {
+#pragma unroll
+        for (int region = 0; region < D / 64; ++region)
+            hop_tma_store_3d(&op->o_map, staging + region * REGION, 64 * region, q0 + wg * 64, (int)bh);
+        hop_tma_store_commit();
+    }
+}
+
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
-static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm, int wg,
+static __device__ __forceinline__ void consume(const overlap_params *op, const smem_layout *sm, int wg,
                                                unsigned rank) {
+    const hop_attn_params *p = &op->a;
     constexpr int BR = br_for(D);
     const int tr = (p->n + BR - 1) / BR;
     const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
@@ -353,15 +423,22 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
             for (; j >= 0; --j, ++it)
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
-            hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
+            if constexpr (stores_o_by_tma(D, BC))
+                store_o_through_tma<BF16, D>(op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0,
+                                             wg);
+            else
+                hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
+    if constexpr (stores_o_by_tma(D, BC))
+        if ((threadIdx.x & 127) == 0) hop_tma_store_wait_all(); /* the last store, before the block exits */
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 __global__ void __launch_bounds__(threads_for(D), 1)
-    overlap_kernel(const __grid_constant__ hop_attn_params p) {
+    overlap_kernel(const __grid_constant__ overlap_params op) {
+    const hop_attn_params &p = op.a;
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
     /* arrivals that release a K/V buffer (release_kv): one per consumer warp or thread, from both blocks
      * for PAIR */
@@ -390,7 +467,7 @@ __global__ void __launch_bounds__(threads_for(D), 1)
         if (threadIdx.x == 0) produce<D, BC, CAUSAL, PAIR>(&p, &sm, rank);
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-        consume<BF16, D, BC, CAUSAL, PAIR>(&p, &sm, wg - 1, rank);
+        consume<BF16, D, BC, CAUSAL, PAIR>(&op, &sm, wg - 1, rank);
         /* PAIR: no block leaves while the other's consumers may still arrive on its barriers. The
          * producer's threads exit instead (the cluster barrier waits for threads that have not exited;
          * holding its 24 registers across the barrier cost a spill): every copy it issued into the other
@@ -405,7 +482,7 @@ __global__ void __launch_bounds__(threads_for(D), 1)
  * of free SMs in a GPC one stays idle), never more than there are units. The occupancy query is asked
  * on every launch, as the shared-memory opt-in is: each cost about 0.4 us a call on the H200 (a probe
  * of 20000 calls), against 4.3 us to launch a cluster kernel, so neither is cached. */
-static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_attn_params *kp, int64_t units,
+static attn_status launch_pairs(void (*kern)(const overlap_params), const overlap_params *kp, int64_t units,
                                 int threads, int smem, int sms, cudaStream_t stream) {
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
@@ -433,9 +510,13 @@ static attn_status launch_pairs(void (*kern)(const hop_attn_params), const hop_a
  * the last rounds end together. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
-    void (*kern)(const hop_attn_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
-    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09");
-    if (st != ATTN_OK) return st;
+    void (*kern)(const overlap_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
+    overlap_params op = {};
+    op.a = *kp;
+    attn_status st;
+    if constexpr (stores_o_by_tma(D, BC)) /* boxes of 64 columns x one warpgroup's 64 rows */
+        if ((st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64)) != ATTN_OK) return st;
+    if ((st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage 09")) != ATTN_OK) return st;
     int dev = 0, sms = 0;
     ATTN_CUDA(cudaGetDevice(&dev));
     ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -443,11 +524,11 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh, (unsigned)sms);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
-        kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(*kp);
+        kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(op);
         ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
         return ATTN_OK;
     }
-    return launch_pairs(kern, kp, units, threads_for(D), smem_bytes(D, BC), sms, stream);
+    return launch_pairs(kern, &op, units, threads_for(D), smem_bytes(D, BC), sms, stream);
 }
 
 /* The kernel with the Bc that tile_keys() chose (the K/V boxes come from keys_per_tile()): only D = 128

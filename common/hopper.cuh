@@ -79,8 +79,16 @@ static __device__ __forceinline__ void hop_tma_store_3d(const void *tensor_map, 
                  "r"(src), "r"(col), "r"(row), "r"(head)
                  : "memory");
 }
-static __device__ __forceinline__ void hop_tma_store_commit_and_wait(void) {
-    asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+/* Stores are committed as a group by the thread that issued them; that thread waits until the engine
+ * has read the source (.read: the shared memory may be written again) or has finished the writes. */
+static __device__ __forceinline__ void hop_tma_store_commit(void) {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+static __device__ __forceinline__ void hop_tma_store_wait_read(void) {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+static __device__ __forceinline__ void hop_tma_store_wait_all(void) {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 static __device__ __forceinline__ void hop_tma_prefetch_map(const void *tensor_map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)(uintptr_t)tensor_map) : "memory");

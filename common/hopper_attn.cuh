@@ -223,18 +223,25 @@ static __device__ __forceinline__ void hop_rescale_o(float (&o)[D / 2], const fl
         }
 }
 
-/* Epilogue: l summed over the quad, O / l stored (rows < N only), LSE = m2 ln 2 + ln l: l is the sum of
- * 2^(x - m2) with x = s scale log2(e) and m2 = m scale log2(e), so sum e^(scale s) = 2^m2 l. row0 is the
- * thread's first row in the head. */
+/* Epilogue: l summed over the quad (each thread holds a quarter of its row's sum), then O / l stored
+ * (rows < N only) and LSE = m2 ln 2 + ln l: l is the sum of 2^(x - m2) with x = s scale log2(e) and
+ * m2 = m scale log2(e), so sum e^(scale s) = 2^m2 l. row0 is the thread's first row in the head. */
+static __device__ __forceinline__ float hop_row_sum_l(float l) {
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    return l + __shfl_xor_sync(0xffffffffu, l, 2);
+}
+static __device__ __forceinline__ void hop_store_lse(const hop_attn_params *p, int64_t bh, int row, float m,
+                                                     float l) {
+    if ((threadIdx.x & 3) == 0 && row < p->n)
+        p->lse[bh * p->n + row] = l > 0.f ? m * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+}
 template <int BF16, int D>
 static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p, const hop_rows<D> *r,
                                                        int64_t bh, int row0) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float l = r->l[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float l = hop_row_sum_l(r->l[h]);
         const int row = row0 + 8 * h;
         if (row >= p->n) continue;
         const float inv = l > 0.f ? 1.f / l : 0.f; /* key 0 is always visible, so l > 0; guard anyway */
@@ -243,8 +250,7 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
         for (int c = 0; c < D / 8; ++c)
             *(uint32_t *)(out + 8 * c) =
                 pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
-        if (t == 0)
-            p->lse[bh * p->n + row] = l > 0.f ? r->m[h] * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+        hop_store_lse(p, bh, row, r->m[h], l);
     }
 }
 
