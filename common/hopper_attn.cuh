@@ -230,10 +230,12 @@ static __device__ __forceinline__ float hop_row_sum_l(float l) {
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     return l + __shfl_xor_sync(0xffffffffu, l, 2);
 }
+static __device__ __forceinline__ float hop_lse(const hop_attn_params *p, float m, float l) {
+    return l > 0.f ? m * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+}
 static __device__ __forceinline__ void hop_store_lse(const hop_attn_params *p, int64_t bh, int row, float m,
                                                      float l) {
-    if ((threadIdx.x & 3) == 0 && row < p->n)
-        p->lse[bh * p->n + row] = l > 0.f ? m * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+    if ((threadIdx.x & 3) == 0 && row < p->n) p->lse[bh * p->n + row] = hop_lse(p, m, l);
 }
 template <int BF16, int D>
 static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p, const hop_rows<D> *r,
@@ -250,7 +252,7 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
         for (int c = 0; c < D / 8; ++c)
             *(uint32_t *)(out + 8 * c) =
                 pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
-        hop_store_lse(p, bh, row, r->m[h], l);
+        if (t == 0) p->lse[bh * p->n + row] = hop_lse(p, r->m[h], l);
     }
 }
 
