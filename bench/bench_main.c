@@ -26,13 +26,14 @@
 #define MAX_STAGES 64
 #define MIN_REP 3 /* timed runs per point: at least 3 for a median, at most 50 */
 #define MAX_REP 50
+#define MAX_WARMUP 20000 /* untimed runs: 100 ms of a 5 us kernel */
 
 typedef struct {
     int quick, cpu_only, cold;
     const char *csv, *commit;
     int64_t B, H, seqs[MAX_LIST], dims[MAX_LIST];
     int nseqs, ndims, causal_mode; /* causal_mode -1: both */
-    double repeat_ms, cpu_limit_s;
+    double repeat_ms, warmup_ms, cpu_limit_s;
     int64_t check_rows;
     int stage_sel[MAX_STAGES], nstage_sel, cpu_limit_set;
 } cfg_t;
@@ -60,6 +61,9 @@ static void usage(FILE *f) {
         "  --stages LIST      only these stages, e.g. 02,06 (default: every registered one)\n"
         "  --repeat-ms MS     timed work to aim for per point (default 300), in 3..50 runs; a run of\n"
         "                     250 ms or more is timed once\n"
+        "  --warmup-ms MS     untimed work before a GPU stage's timed runs (default 0: 1 or 2 runs):\n"
+        "                     the H200 drops its clock about 20%% within 100 ms of full load (power\n"
+        "                     cap), so 100 times every point at the clock it holds under load\n"
         "  --check-rows K     random rows spot-checked per point (default 48)\n"
         "  --cpu-limit S      skip the CPU stage (cpu-skip) where one run is estimated above S\n"
         "                     seconds from its measured FLOP rate (default 1; 5 with --quick)\n"
@@ -107,7 +111,9 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     int bad = 0;
     double d = 0;
     char *end = NULL;
-    if (!strcmp(flag, "--repeat-ms") || !strcmp(flag, "--cpu-limit")) {
+    const int numeric =
+        !strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit");
+    if (numeric) {
         errno = 0;
         d = strtod(val, &end);
         bad = errno || end == val || *end || !(d >= 0) || !isfinite(d);
@@ -120,6 +126,7 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     else if (!strcmp(flag, "--stages")) bad = parse_stages(val, c);
     else if (!strcmp(flag, "--check-rows")) bad = parse_i64(val, 0, 1 << 20, &c->check_rows);
     else if (!strcmp(flag, "--repeat-ms")) c->repeat_ms = d;
+    else if (!strcmp(flag, "--warmup-ms")) c->warmup_ms = d;
     else if (!strcmp(flag, "--cpu-limit")) c->cpu_limit_s = d, c->cpu_limit_set = 1;
     else if (!strcmp(flag, "--csv")) c->csv = val;
     else if (!strcmp(flag, "--commit")) c->commit = val[0] ? val : "unknown";
@@ -130,13 +137,15 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     }
     if (bad)
         fprintf(stderr, "attn-bench: bad value for %s: '%s' (%s)\n", flag, val,
-                !strcmp(flag, "--stages") ? "build/attn --list shows the stages" : "see --help");
+                !strcmp(flag, "--stages")  ? "build/attn --list shows the stages"
+                : numeric ? "a finite number >= 0 wanted"
+                          : "see --help");
     return bad ? -1 : 0;
 }
 
 static int parse_args(int argc, char **argv, cfg_t *c) {
     memset(c, 0, sizeof *c);
-    c->causal_mode = -1, c->repeat_ms = 300, c->cpu_limit_s = 1.0;
+    c->causal_mode = -1, c->repeat_ms = 300, c->warmup_ms = 0, c->cpu_limit_s = 1.0;
     c->check_rows = 48, c->commit = "unknown";
     c->csv = "build/bench/bench_stages.csv";
     for (int i = 1; i < argc; i++) {
@@ -150,7 +159,7 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
         int len = strncmp(a, "--", 2) == 0 && eq ? (int)(eq - a) : (int)strlen(a); /* --flag=value */
         snprintf(flag, sizeof flag, " %.*s ", len < 60 ? len : 60, a);
         val = eq && a[len] == '=' ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!strstr(" --batch --heads --seqs --dims --causal --stages --repeat-ms --check-rows "
+        if (!strstr(" --batch --heads --seqs --dims --causal --stages --repeat-ms --warmup-ms --check-rows "
                     " --cpu-limit --csv --commit ", flag))
             return fprintf(stderr, "attn-bench: unknown option '%s' (see --help)\n", a), -1;
         flag[strlen(flag) - 1] = 0;
@@ -288,12 +297,21 @@ static void progress(const sweep_t *sw, const row_t *r, double secs) {
 }
 
 /* Repeats: about repeat_ms of timed work, in [MIN_REP, MAX_REP]; a run of 250 ms or more once, after the
- * checked first run (3 timed runs of stage 02 and the CPU stages there took 23 s of a 5-minute sweep). */
-static void pick_repeats(const cfg_t *c, double est_ms, attn_run_opts *o) {
+ * checked first run (3 timed runs of stage 02 and the CPU stages there took 23 s of a 5-minute sweep).
+ * Warm-up: on the GPU, about warmup_ms of untimed runs. Measured on the H200 (stage 09 and cuDNN, D = 128,
+ * N = 4096, runs of 1.7 ms): from idle the SM clock holds 1980 MHz for a few runs, then the power cap
+ * brings it to about 1575 MHz within 100 ms, so 50 runs timed from idle read 690 TFLOP/s at first and
+ * 614 at the end: without a warm-up the median depends on what ran just before. The default stays 0
+ * (the published tables' method) until a full sweep with --warmup-ms 100 has been run. */
+static void pick_repeats(const cfg_t *c, double est_ms, int on_gpu, attn_run_opts *o) {
     double want = est_ms > 1e-4 ? ceil(c->repeat_ms / est_ms) : MAX_REP;
     want = want < MIN_REP ? MIN_REP : want > MAX_REP ? MAX_REP : want;
     o->repeat = est_ms >= 250 ? 1 : (int)want;
     o->warmup = est_ms >= 250 ? 0 : est_ms >= 20 ? 1 : 2;
+    if (on_gpu && est_ms < 250) {
+        double warm = ceil(c->warmup_ms / (est_ms > 1e-3 ? est_ms : 1e-3));
+        if (warm > o->warmup) o->warmup = warm < MAX_WARMUP ? (int)warm : MAX_WARMUP;
+    }
 }
 
 static void record_check(sweep_t *sw, row_t *r, const attn_result *res) {
@@ -344,7 +362,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         est_ms = res.ms_median > 0 ? res.ms_median : 1e-3;
     }
     if (st == ATTN_OK) {
-        pick_repeats(c, est_ms, &o);
+        pick_repeats(c, est_ms, s->on_gpu, &o);
         o.check = c->check_rows > 0, o.full_heads = 0, o.check_rows = c->check_rows;
         o.seed = 0x5eedULL + (uint64_t)p->N * 131 + (uint64_t)p->D * 7 + (uint64_t)p->causal;
         o.cold_l2 = c->cold;
@@ -478,11 +496,12 @@ int main(int argc, char **argv) {
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tt));
 
     fprintf(stderr, "attn-bench: GPU %s; B=%lld H=%lld N=%lld..%lld (%d) D=%lld..%lld (%d) causal=%s; %d stages; "
-            "aim %.0f ms of timed work per point (%d..%d repeats); L2 %s; check %lld random rows per point\n",
+            "aim %.0f ms of timed work per point (%d..%d repeats) after %.0f ms of untimed GPU work "
+            "(0: 1 or 2 runs); L2 %s; check %lld random rows per point\n",
             gpu, (long long)c.B, (long long)c.H, (long long)c.seqs[0], (long long)c.seqs[c.nseqs - 1], c.nseqs,
             (long long)c.dims[0], (long long)c.dims[c.ndims - 1], c.ndims, c.causal_mode < 0 ? "both"
-            : c.causal_mode ? "1" : "0", c.nstage_sel, c.repeat_ms, MIN_REP, MAX_REP, c.cold ? "cold" : "warm",
-            (long long)c.check_rows);
+            : c.causal_mode ? "1" : "0", c.nstage_sel, c.repeat_ms, MIN_REP, MAX_REP, c.warmup_ms,
+            c.cold ? "cold" : "warm", (long long)c.check_rows);
     if (!sw.gpu_ok)
         fprintf(stderr, "attn-bench: GPU stages skipped: %s. Running the CPU stage only, at CPU-sized "
                 "shapes.\n", sw.gpu_why);

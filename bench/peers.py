@@ -14,11 +14,13 @@ Peers (the `stage` column):
 (causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
 warm-up and the memory measurement (torch.cuda.max_memory_allocated after reset_peak_memory_stats,
 minus what was allocated before and minus the outputs; Triton compiles and autotunes in a call
-before that), then CUDA-event timing, median over adaptive repeats (aim --repeat-ms of timed work,
-3..50 runs; --cold writes 4x the L2 size before each, outside the timed window), then a spot check
-of --check-rows rows against a float64 reference with the tolerance rule of common/check.c (taking
-the fp16 scores of the naive path into account). torch.cuda.OutOfMemoryError -> status OOM; a
-backend that refuses a shape -> status unsupported, with the reason.
+before that), then 1 or 2 untimed runs, or about --warmup-ms of them (the H200's clock falls about
+20% within 100 ms of full load: attn-bench --help), then CUDA-event timing, median over adaptive
+repeats (aim --repeat-ms of timed work, 3..50 runs; --cold writes 4x the L2 size before each,
+outside the timed window), then a spot check of --check-rows rows against a float64 reference with
+the tolerance rule of common/check.c (taking the fp16 scores of the naive path into account).
+torch.cuda.OutOfMemoryError -> status OOM; a backend that refuses a shape -> status unsupported,
+with the reason.
 
 Optional: without PyTorch or without a CUDA GPU it says why and exits 0, writing nothing.
 bench/report.sh merges its CSV with attn-bench's (make bench does).
@@ -77,6 +79,8 @@ def parse_args(argv):
     ap.add_argument("--dims", type=int_list)
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
     ap.add_argument("--repeat-ms", type=float, default=300.0)
+    ap.add_argument("--warmup-ms", type=float, default=0.0,
+                    help="untimed work before each point's timed runs (default 0: 1 or 2 runs), as attn-bench's")
     ap.add_argument("--cold", action="store_true", help="flush L2 (write 4x its size) before every timed run")
     ap.add_argument("--min-repeat", type=int, default=3)
     ap.add_argument("--max-repeat", type=int, default=50)
@@ -93,6 +97,8 @@ def parse_args(argv):
             setattr(a, k, v)
     if a.batch < 1 or a.heads < 1 or a.min_repeat < 1 or a.max_repeat < a.min_repeat:
         ap.error("bad --batch, --heads or repeat bounds")
+    if not (0 <= a.warmup_ms < math.inf):
+        ap.error("--warmup-ms must be a finite number >= 0 (got %r)" % a.warmup_ms)
     return a
 
 
@@ -278,7 +284,8 @@ def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
         try:
             est = time_fn(torch, fn, 1, 0)
             reps = max(args.min_repeat, min(args.max_repeat, math.ceil(args.repeat_ms / max(est, 1e-4))))
-            warm = 0 if est >= 250 else 1 if est >= 20 else 2
+            warm = 0 if est >= 250 else max(1 if est >= 20 else 2,
+                                            min(20000, math.ceil(args.warmup_ms / max(est, 1e-3))))
             ms = time_fn(torch, fn, reps, warm, flush)
         except torch.cuda.OutOfMemoryError as e:
             row.update(status="OOM", note=clean(short_oom(e)))
