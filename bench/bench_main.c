@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attn.h"
 #include "harness.h"
@@ -106,14 +108,31 @@ static int parse_stages(const char *s, cfg_t *c) {
     return c->nstage_sel ? 0 : -1;
 }
 
+/* What a flag takes, for the message when its value is bad. */
+static void say_allowed(const char *flag, const char *val) {
+    char what[160];
+    if (!strcmp(flag, "--batch") || !strcmp(flag, "--heads"))
+        snprintf(what, sizeof what, "an integer from 1 to %d", !strcmp(flag, "--batch") ? ATTN_MAX_B : ATTN_MAX_H);
+    else if (!strcmp(flag, "--seqs") || !strcmp(flag, "--dims"))
+        snprintf(what, sizeof what, "a comma-separated list of 1 to %d integers from 1 to %d", MAX_LIST,
+                 !strcmp(flag, "--seqs") ? ATTN_MAX_N : ATTN_MAX_D);
+    else if (!strcmp(flag, "--stages"))
+        snprintf(what, sizeof what, "a comma-separated list of stage ids (build/attn --list shows them)");
+    else if (!strcmp(flag, "--check-rows"))
+        snprintf(what, sizeof what, "an integer from 0 to %d", 1 << 20);
+    else if (!strcmp(flag, "--causal"))
+        snprintf(what, sizeof what, "both, 0 or 1");
+    else
+        snprintf(what, sizeof what, "a finite number >= 0");
+    fprintf(stderr, "attn-bench: %s must be %s (got '%s')\n", flag, what, val);
+}
+
 /* One flag with its value; -1 with the message printed when the value is bad. */
 static int set_flag(cfg_t *c, const char *flag, const char *val) {
     int bad = 0;
     double d = 0;
     char *end = NULL;
-    const int numeric =
-        !strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit");
-    if (numeric) {
+    if (!strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit")) {
         errno = 0;
         d = strtod(val, &end);
         bad = errno || end == val || *end || !(d >= 0) || !isfinite(d);
@@ -135,11 +154,7 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
         else if (!strcmp(val, "0") || !strcmp(val, "1")) c->causal_mode = val[0] - '0';
         else bad = 1;
     }
-    if (bad)
-        fprintf(stderr, "attn-bench: bad value for %s: '%s' (%s)\n", flag, val,
-                !strcmp(flag, "--stages")  ? "build/attn --list shows the stages"
-                : numeric ? "a finite number >= 0 wanted"
-                          : "see --help");
+    if (bad) say_allowed(flag, val);
     return bad ? -1 : 0;
 }
 
@@ -437,21 +452,14 @@ static void run_sweep(sweep_t *sw) {
         }
 }
 
-/* ---- CSV: written to PATH.tmp, renamed when complete ---------------------------------------- */
+/* ---- CSV: written to a new temporary file beside PATH, renamed when complete ------------------ */
 
 static void csv_num(FILE *f, double v, const char *fmt) {
     if (isfinite(v)) fprintf(f, fmt, v);
     fputc(',', f);
 }
 
-static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
-    const char *path = sw->c->csv;
-    char tmp[4096];
-    FILE *f = snprintf(tmp, sizeof tmp, "%s.tmp", path) < (int)sizeof tmp ? fopen(tmp, "w") : NULL;
-    if (!f) {
-        fprintf(stderr, "attn-bench: cannot write %s: %s\n", tmp, strerror(errno));
-        return -1;
-    }
+static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *date) {
     fprintf(f, "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                "workspace_bytes,max_abs_err,check,repeats,l2,note\n");
     for (size_t i = 0; i < sw->nrows; i++) {
@@ -468,7 +476,29 @@ static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
         if (r->repeats > 0) fprintf(f, "%d", r->repeats);
         fprintf(f, ",%s,%s\n", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm", r->note);
     }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+}
+
+/* PATH.XXXXXX from mkstemp: created exclusively (a planted file or symlink of that name is never
+ * written through, and two runs never share one), given the mode a new file gets (0666 less the umask:
+ * mkstemp makes it 0600), renamed over PATH only when complete. */
+static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
+    const char *path = sw->c->csv;
+    char tmp[4096];
+    int fd = -1;
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) < (int)sizeof tmp) fd = mkstemp(tmp);
+    else errno = ENAMETOOLONG;
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "attn-bench: cannot create a temporary file beside %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd), remove(tmp);
+        return -1;
+    }
+    const mode_t mask = umask(0);
+    umask(mask);
+    csv_rows(f, sw, gpu, date);
+    int ok = fflush(f) == 0 && !ferror(f) && fchmod(fd, 0666 & ~mask) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "attn-bench: writing %s failed: %s\n", path, strerror(errno));
         remove(tmp);
         return -1;

@@ -32,6 +32,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 
@@ -302,6 +303,29 @@ def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
         torch.cuda.empty_cache()
 
 
+def write_csv(path, lines):
+    """The lines into a new temporary file beside path (created exclusively: a planted file or symlink
+    is never written through, two runs never share one), with the mode a new file gets, then renamed
+    over path: a reader sees the old file or the whole new one."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=d or ".")
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def main(argv):
     args = parse_args(argv)
     try:
@@ -373,15 +397,9 @@ def main(argv):
                     rows.append(row)
             del q, k, v
             torch.cuda.empty_cache()
-    d = os.path.dirname(args.csv)
-    if d:
-        os.makedirs(d, exist_ok=True)
-    with open(args.csv + ".tmp", "w") as f:
-        f.write(",".join(COLS) + "\n")
-        for r in rows:
-            r["l2"] = r["l2"] or "-"
-            f.write(",".join(str(r[c]) for c in COLS) + "\n")
-    os.replace(args.csv + ".tmp", args.csv)
+    for r in rows:
+        r["l2"] = r["l2"] or "-"
+    write_csv(args.csv, [",".join(COLS)] + [",".join(str(r[c]) for c in COLS) for r in rows])
     log("peers: wrote %d rows to %s in %.1f s" % (len(rows), args.csv, time.time() - t_start))
     return 0
 

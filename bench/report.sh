@@ -148,7 +148,12 @@ cmd=${1:-}
 [ $# -ge 2 ] || { sed -n '5,14p' "$0" >&2; exit 2; }
 case $cmd in
 merge) out=$2; shift 2; [ $# -ge 1 ] || { echo "report: nothing to merge into $out" >&2; exit 1; }
-    rep merge -f "$here/report.awk" "$@" > "$out.tmp" && mv "$out.tmp" "$out" ;;
+    # A new temporary file beside OUT (mktemp: exclusive, so nothing planted there is written through),
+    # the mode a new file gets, then one rename.
+    tmp=$(mktemp "$out.XXXXXX") || exit 1
+    trap 'rm -f "$tmp"' EXIT INT TERM
+    rep merge -f "$here/report.awk" "$@" > "$tmp" && chmod "$(printf %o $((0666 & ~0$(umask))))" "$tmp" &&
+        mv "$tmp" "$out" ;;
 tables) need_csv "$2"; rep tables -v md="$([ "${3:-}" = md ] && echo 1 || echo 0)" -f "$here/report.awk" "$2" ;;
 stage) need_csv "$2"; rep stage -v md=1 -v id="${3:?stage id}" -f "$here/report.awk" "$2" ;;
 compact) need_csv "$2"; rep compact -v md=1 -f "$here/report.awk" "$2" ;;

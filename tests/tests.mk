@@ -29,14 +29,14 @@ test-bin: $(TEST_BIN)
 
 check:
 	@sh tests/ensure-criterion.sh
-	@$(MAKE) --no-print-directory $(ATTN) $(TEST_BIN)
+	@$(MAKE) --no-print-directory $(ATTN) $(TEST_BIN) $(BENCH_BIN)
 ifeq ($(HAVE_CUDA),)
 	@echo "note: nvcc not found: the GPU stages were not built; their tests will be skipped."
 endif
 	@echo "== the serial suite: tests that measure the whole device, run alone"
-	$(CHECK_ENV) ATTN_BIN=$(ATTN) $(TEST_BIN) $(SERIAL_CHECK_ARGS) -j1 --filter 'serial/*'
+	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) $(TEST_BIN) $(SERIAL_CHECK_ARGS) -j1 --filter 'serial/*'
 	@echo "== every other test, in parallel"
-	$(CHECK_ENV) ATTN_BIN=$(ATTN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(PARALLEL_OMP_THREADS)} $(TEST_BIN) $(CHECK_ARGS) --filter '!(serial/*)'
+	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(PARALLEL_OMP_THREADS)} $(TEST_BIN) $(CHECK_ARGS) --filter '!(serial/*)'
 ifeq ($(WORKSHOP)$(SAN),1)
 	@echo "== the CPU break-it exercises (workshop/): each broken tree must FAIL its check"
 	+@$(MAKE) --no-print-directory workshop-check-cpu
