@@ -20,18 +20,9 @@ static const char *bench_bin(void) {
     return b && *b ? b : "build/attn-bench";
 }
 
-static int bench(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s", bench_bin(), args);
-    return run_cmd(cmd, out, sizeof out);
-}
+static int bench(const char *args) { return run_bin(bench_bin(), args, out, sizeof out); }
 
-#define EXPECT_BAD(args, needle)                                                                    \
-    do {                                                                                            \
-        int rc_ = bench(args);                                                                      \
-        cr_assert_eq(rc_, 2, "'%s' exited %d, want 2; output: %s", args, rc_, out);                 \
-        cr_assert(strstr(out, needle), "'%s': message lacks '%s': %s", args, needle, out);          \
-    } while (0)
+#define EXPECT_BAD(args, needle) EXPECT_REFUSED(bench, out, args, needle)
 
 static const char HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                              "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
@@ -56,6 +47,31 @@ static int count_entries(const char *dir) {
     for (struct dirent *e; d && (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     if (d) closedir(d);
     return n;
+}
+
+/* DIR/victim holding "keep", and DIR/LINK -> victim: the temporary name an earlier version used. */
+static void plant_link(const char *dir, const char *link) {
+    char victim[600], path[600];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, link);
+    FILE *v = fopen(victim, "w");
+    cr_assert_not_null(v);
+    fputs("keep\n", v);
+    fclose(v);
+    cr_assert_eq(symlink(victim, path), 0, "symlink: %s", strerror(errno));
+}
+
+/* The victim is untouched; then DIR and everything in it go. */
+static void expect_victim_kept_and_clean(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/victim", dir);
+    cr_assert_str_eq(slurp(path), "keep\n", "the planted link's target was written");
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
+    if (d) closedir(d);
+    rmdir(dir);
 }
 
 Test(bench, bad_flags_exit_2_naming_what_they_take) {
@@ -133,29 +149,18 @@ Test(bench, cpu_only_sweep_writes_one_checked_row_per_stage_and_point) {
 }
 
 Test(bench, csv_is_never_written_through_a_planted_file) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], victim[600], args[1024];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], args[1024];
     cr_assert_not_null(mkdtemp(dir));
-    snprintf(victim, sizeof victim, "%s/victim", dir);
-    FILE *v = fopen(victim, "w");
-    cr_assert_not_null(v);
-    fputs("keep\n", v);
-    fclose(v);
-    snprintf(path, sizeof path, "%s/b.csv.tmp", dir); /* the temporary name of earlier versions */
-    cr_assert_eq(symlink(victim, path), 0, "symlink: %s", strerror(errno));
+    plant_link(dir, "b.csv.tmp");
     snprintf(args, sizeof args, SWEEP " --commit t2 --csv %s/b.csv", dir);
     cr_assert_eq(bench(args), 0, "%s", out);
-    cr_assert_str_eq(slurp(victim), "keep\n", "the planted link's target was written");
     snprintf(path, sizeof path, "%s/b.csv", dir);
     struct stat st;
     cr_assert_eq(lstat(path, &st), 0);
     cr_assert(S_ISREG(st.st_mode), "b.csv is not a regular file");
     expect_sweep_rows(path, "t2");
     cr_assert_eq(count_entries(dir), 3, "want victim, the planted link and b.csv only");
-    unlink(path);
-    snprintf(path, sizeof path, "%s/b.csv.tmp", dir);
-    unlink(path);
-    unlink(victim);
-    rmdir(dir);
+    expect_victim_kept_and_clean(dir);
 }
 
 Test(bench, two_runs_on_one_path_leave_one_whole_csv) {
@@ -187,49 +192,31 @@ Test(bench, unwritable_csv_exits_1_and_leaves_nothing) {
 
 /* bench/report.sh merge, which make bench runs after attn-bench: the same rule for its output. */
 Test(bench, report_merge_is_never_written_through_a_planted_file) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], victim[600], link[600], cmd[2048];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], cmd[2048];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(csv, sizeof csv, "%s/b.csv", dir);
     snprintf(cmd, sizeof cmd, "%s " SWEEP " --commit t3 --csv %s", bench_bin(), csv);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
-    snprintf(victim, sizeof victim, "%s/victim", dir);
-    FILE *v = fopen(victim, "w");
-    cr_assert_not_null(v);
-    fputs("keep\n", v);
-    fclose(v);
-    snprintf(link, sizeof link, "%s/m.csv.tmp", dir); /* the temporary name of earlier versions */
-    cr_assert_eq(symlink(victim, link), 0, "symlink: %s", strerror(errno));
+    plant_link(dir, "m.csv.tmp");
     snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s", dir, csv);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
-    cr_assert_str_eq(slurp(victim), "keep\n", "the planted link's target was written");
     snprintf(cmd, sizeof cmd, "%s/m.csv", dir);
     expect_sweep_rows(cmd, "t3");
     cr_assert_eq(count_entries(dir), 4, "want b.csv, m.csv, victim and the planted link only");
-    unlink(cmd);
-    unlink(csv);
-    unlink(link);
-    unlink(victim);
-    rmdir(dir);
+    expect_victim_kept_and_clean(dir);
 }
 
 /* bench/peers.py's CSV writer (write_csv needs no PyTorch): the same rule. */
 Test(bench, peers_csv_is_never_written_through_a_planted_file) {
     if (run_cmd("python3 -c 'import sys'", out, sizeof out) != 0) cr_skip_test("python3 not found: peers.py not tested");
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", victim[600], link[600], cmd[2048];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[2048];
     cr_assert_not_null(mkdtemp(dir));
-    snprintf(victim, sizeof victim, "%s/victim", dir);
-    FILE *v = fopen(victim, "w");
-    cr_assert_not_null(v);
-    fputs("keep\n", v);
-    fclose(v);
-    snprintf(link, sizeof link, "%s/p.csv.tmp", dir); /* the temporary name of earlier versions */
-    cr_assert_eq(symlink(victim, link), 0, "symlink: %s", strerror(errno));
+    plant_link(dir, "p.csv.tmp");
     snprintf(cmd, sizeof cmd,
              "python3 -c 'import sys; sys.path.insert(0, \"bench\"); import peers; "
              "peers.write_csv(\"%s/p.csv\", [\"a,b\", \"1,2\"])'",
              dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
-    cr_assert_str_eq(slurp(victim), "keep\n", "the planted link's target was written");
     snprintf(cmd, sizeof cmd, "%s/p.csv", dir);
     cr_assert_str_eq(slurp(cmd), "a,b\n1,2\n");
     struct stat st;
@@ -238,8 +225,5 @@ Test(bench, peers_csv_is_never_written_through_a_planted_file) {
     umask(mask);
     cr_assert(S_ISREG(st.st_mode) && (st.st_mode & 0777) == (0666 & ~mask), "mode %o", st.st_mode & 0777);
     cr_assert_eq(count_entries(dir), 3, "want p.csv, victim and the planted link only");
-    unlink(cmd);
-    unlink(link);
-    unlink(victim);
-    rmdir(dir);
+    expect_victim_kept_and_clean(dir);
 }

@@ -15,18 +15,9 @@
 
 static char out[65536];
 
-static int attn(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s", attn_bin(), args);
-    return run_cmd(cmd, out, sizeof out);
-}
+static int attn(const char *args) { return run_bin(attn_bin(), args, out, sizeof out); }
 
-#define EXPECT_USAGE(args, needle)                                                                  \
-    do {                                                                                            \
-        int rc_ = attn(args);                                                                       \
-        cr_assert_eq(rc_, 2, "'%s' exited %d, want 2; output: %s", args, rc_, out);                 \
-        cr_assert(strstr(out, needle), "'%s': message lacks '%s': %s", args, needle, out);          \
-    } while (0)
+#define EXPECT_USAGE(args, needle) EXPECT_REFUSED(attn, out, args, needle)
 
 Test(cli, bad_flags_and_values_exit_2) {
     EXPECT_USAGE("--stage 99", "unknown stage '99'");

@@ -51,4 +51,20 @@ static inline int run_cmd(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* `bin args`, run as run_cmd runs it. */
+static inline int run_bin(const char *bin, const char *args, char *out, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+    return run_cmd(cmd, out, cap);
+}
+
+/* A program (run by runner(args), its output in out) must refuse args: exit status 2 and a message
+ * holding needle. */
+#define EXPECT_REFUSED(runner, out, args, needle)                                                   \
+    do {                                                                                            \
+        int rc_ = runner(args);                                                                     \
+        cr_assert_eq(rc_, 2, "'%s' exited %d, want 2; output: %s", args, rc_, out);                 \
+        cr_assert(strstr(out, needle), "'%s': message lacks '%s': %s", args, needle, out);          \
+    } while (0)
+
 #endif
