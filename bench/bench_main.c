@@ -108,28 +108,11 @@ static int parse_stages(const char *s, cfg_t *c) {
     return c->nstage_sel ? 0 : -1;
 }
 
-/* What a flag takes, for the message when its value is bad. */
-static void say_allowed(const char *flag, const char *val) {
-    char what[160];
-    if (!strcmp(flag, "--batch") || !strcmp(flag, "--heads"))
-        snprintf(what, sizeof what, "an integer from 1 to %d", !strcmp(flag, "--batch") ? ATTN_MAX_B : ATTN_MAX_H);
-    else if (!strcmp(flag, "--seqs") || !strcmp(flag, "--dims"))
-        snprintf(what, sizeof what, "a comma-separated list of 1 to %d integers from 1 to %d", MAX_LIST,
-                 !strcmp(flag, "--seqs") ? ATTN_MAX_N : ATTN_MAX_D);
-    else if (!strcmp(flag, "--stages"))
-        snprintf(what, sizeof what, "a comma-separated list of stage ids (build/attn --list shows them)");
-    else if (!strcmp(flag, "--check-rows"))
-        snprintf(what, sizeof what, "an integer from 0 to %d", 1 << 20);
-    else if (!strcmp(flag, "--causal"))
-        snprintf(what, sizeof what, "both, 0 or 1");
-    else
-        snprintf(what, sizeof what, "a finite number >= 0");
-    fprintf(stderr, "attn-bench: %s must be %s (got '%s')\n", flag, what, val);
-}
-
-/* One flag with its value; -1 with the message printed when the value is bad. */
+/* One flag with its value; -1 with the message printed when the value is bad: the message names what
+ * the flag takes, from the same bounds the parse used (lo..hi; list: a comma-separated list). */
 static int set_flag(cfg_t *c, const char *flag, const char *val) {
-    int bad = 0;
+    int bad = 0, list = 0;
+    int64_t lo = 1, hi = 0; /* hi > 0: an integer flag */
     double d = 0;
     char *end = NULL;
     if (!strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit")) {
@@ -138,12 +121,15 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
         bad = errno || end == val || *end || !(d >= 0) || !isfinite(d);
     }
     if (bad) {
-    } else if (!strcmp(flag, "--batch")) bad = parse_i64(val, 1, ATTN_MAX_B, &c->B);
-    else if (!strcmp(flag, "--heads")) bad = parse_i64(val, 1, ATTN_MAX_H, &c->H);
-    else if (!strcmp(flag, "--seqs")) bad = parse_list(val, 1, ATTN_MAX_N, c->seqs, &c->nseqs);
-    else if (!strcmp(flag, "--dims")) bad = parse_list(val, 1, ATTN_MAX_D, c->dims, &c->ndims);
+    } else if (!strcmp(flag, "--batch")) hi = ATTN_MAX_B, bad = parse_i64(val, lo, hi, &c->B);
+    else if (!strcmp(flag, "--heads")) hi = ATTN_MAX_H, bad = parse_i64(val, lo, hi, &c->H);
+    else if (!strcmp(flag, "--seqs"))
+        hi = ATTN_MAX_N, list = 1, bad = parse_list(val, lo, hi, c->seqs, &c->nseqs);
+    else if (!strcmp(flag, "--dims"))
+        hi = ATTN_MAX_D, list = 1, bad = parse_list(val, lo, hi, c->dims, &c->ndims);
     else if (!strcmp(flag, "--stages")) bad = parse_stages(val, c);
-    else if (!strcmp(flag, "--check-rows")) bad = parse_i64(val, 0, 1 << 20, &c->check_rows);
+    else if (!strcmp(flag, "--check-rows"))
+        lo = 0, hi = 1 << 20, bad = parse_i64(val, lo, hi, &c->check_rows);
     else if (!strcmp(flag, "--repeat-ms")) c->repeat_ms = d;
     else if (!strcmp(flag, "--warmup-ms")) c->warmup_ms = d;
     else if (!strcmp(flag, "--cpu-limit")) c->cpu_limit_s = d, c->cpu_limit_set = 1;
@@ -154,8 +140,19 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
         else if (!strcmp(val, "0") || !strcmp(val, "1")) c->causal_mode = val[0] - '0';
         else bad = 1;
     }
-    if (bad) say_allowed(flag, val);
-    return bad ? -1 : 0;
+    if (!bad) return 0;
+    char what[160];
+    if (list)
+        snprintf(what, sizeof what, "a comma-separated list of 1 to %d integers from %lld to %lld", MAX_LIST,
+                 (long long)lo, (long long)hi);
+    else if (hi > 0)
+        snprintf(what, sizeof what, "an integer from %lld to %lld", (long long)lo, (long long)hi);
+    else if (!strcmp(flag, "--stages"))
+        snprintf(what, sizeof what, "a comma-separated list of stage ids (build/attn --list shows them)");
+    else if (!strcmp(flag, "--causal")) snprintf(what, sizeof what, "both, 0 or 1");
+    else snprintf(what, sizeof what, "a finite number >= 0");
+    fprintf(stderr, "attn-bench: %s must be %s (got '%s')\n", flag, what, val);
+    return -1;
 }
 
 static int parse_args(int argc, char **argv, cfg_t *c) {
