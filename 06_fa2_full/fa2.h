@@ -29,8 +29,8 @@ typedef enum { FA2_F16 = 0, FA2_BF16 = 1 } fa2_dtype;
 
 typedef enum {
     FA2_OK = 0,
-    FA2_EINVAL = 1,       /* a bad argument: NULL or host pointer, size <= 0, misaligned or overlapping
-                             buffers, bad scale */
+    FA2_EINVAL = 1,       /* a bad argument: NULL or host pointer, size <= 0, causal not 0 or 1,
+                             misaligned or overlapping buffers, bad scale or dtype */
     FA2_EUNSUPPORTED = 2, /* valid but not handled here: head dim other than 32/64/96/128/256, N > 2^30 */
     FA2_ECUDA = 3,        /* the CUDA runtime refused: no device, kernel configuration or launch */
 } fa2_status;
@@ -55,7 +55,8 @@ fa2_status fa2_forward(const void *q, const void *k, const void *v, void *o, flo
                        int64_t N, int64_t D, int causal, float scale, fa2_dtype dtype, cudaStream_t stream);
 
 /* Why this thread's last fa2_forward() call that did not return FA2_OK refused, in one line naming the
- * argument ("scale: must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38"); a successful call leaves it
+ * argument and, where it is a number, the value passed ("scale: must be finite with |scale| <=
+ * FA2_MAX_SCALE = 2.3e38 (got inf)", "H: must be at least 1 (got 0)"); a successful call leaves it
  * as it was. "" before any refusal. Valid until the thread's next fa2_forward() call. */
 const char *fa2_last_error(void);
 

@@ -22,6 +22,16 @@ static fa2_status fa2_refuse(fa2_failure *f, fa2_status s, const char *what, con
     return s;
 }
 
+/* The same, with the value the caller passed: fa2_last_error() ends "(got value)". */
+static fa2_status fa2_refuse_got(fa2_failure *f, fa2_status s, const char *what, const char *why,
+                                 double got) {
+    if (got == floor(got) && fabs(got) < 1e17) /* a count, a flag, an enum: as an integer */
+        snprintf(f->got, sizeof f->got, "%.0f", got);
+    else
+        snprintf(f->got, sizeof f->got, "%.9g", got);
+    return fa2_refuse(f, s, what, why);
+}
+
 /* [a, a + na) and [b, b + nb) share a byte */
 static int fa2_overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
     const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -49,21 +59,34 @@ static fa2_status fa2_check_overlap(const fa2_args *a, fa2_failure *f) {
 }
 
 extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
-    f->what = NULL, f->why = "", f->cuda = cudaSuccess;
-    if (a->q == NULL || a->k == NULL || a->v == NULL || a->o == NULL)
-        return fa2_refuse(f, FA2_EINVAL, NULL, "q, k, v and o must be device pointers, not NULL");
-    if (a->B < 1 || a->H < 1 || a->N < 1 || a->D < 1)
-        return fa2_refuse(f, FA2_EINVAL, NULL, "B, H, N and D must be at least 1");
-    if (a->dtype != FA2_F16 && a->dtype != FA2_BF16)
-        return fa2_refuse(f, FA2_EINVAL, "dtype", "must be FA2_F16 or FA2_BF16");
+    static const char *const ptr_name[5] = {"q", "k", "v", "o", "lse"};
+    const void *const ptr[5] = {a->q, a->k, a->v, a->o, a->lse};
+    const int64_t size[4] = {a->B, a->H, a->N, a->D};
+    static const char *const size_name[4] = {"B", "H", "N", "D"};
+    f->what = NULL, f->why = "", f->cuda = cudaSuccess, f->got[0] = '\0';
+    for (int i = 0; i < 4; ++i) /* lse may be NULL: no LSE is written then */
+        if (ptr[i] == NULL)
+            return fa2_refuse(f, FA2_EINVAL, ptr_name[i], "must be a device pointer, not NULL");
+    for (int i = 0; i < 4; ++i)
+        if (size[i] < 1)
+            return fa2_refuse_got(f, FA2_EINVAL, size_name[i], "must be at least 1", (double)size[i]);
+    if (a->causal != 0 && a->causal != 1)
+        return fa2_refuse_got(f, FA2_EINVAL, "causal", "must be 0 or 1", a->causal);
     if (!(fabsf(a->scale) <= FA2_MAX_SCALE)) /* also NaN; the kernel multiplies by scale * log2(e) */
-        return fa2_refuse(f, FA2_EINVAL, "scale", "must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38");
-    if (!fa2_aligned(a->q, 16) || !fa2_aligned(a->k, 16) || !fa2_aligned(a->v, 16) ||
-        !fa2_aligned(a->o, 16) || !fa2_aligned(a->lse, 4))
-        return fa2_refuse(f, FA2_EINVAL, NULL, "q, k, v and o must be 16-byte aligned (lse 4-byte aligned)");
+        return fa2_refuse_got(f, FA2_EINVAL, "scale", "must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38",
+                              a->scale);
+    if (a->dtype != FA2_F16 && a->dtype != FA2_BF16)
+        return fa2_refuse_got(f, FA2_EINVAL, "dtype", "must be FA2_F16 (0) or FA2_BF16 (1)",
+                              (double)a->dtype);
+    for (int i = 0; i < 5; ++i)
+        if (!fa2_aligned(ptr[i], i < 4 ? 16 : 4))
+            return fa2_refuse(f, FA2_EINVAL, ptr_name[i],
+                              i < 4 ? "must be 16-byte aligned" : "must be 4-byte aligned");
     if (a->D != 32 && a->D != 64 && a->D != 96 && a->D != 128 && a->D != 256)
-        return fa2_refuse(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256");
-    if (a->N > ((int64_t)1 << 30)) return fa2_refuse(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30");
+        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256",
+                              (double)a->D);
+    if (a->N > ((int64_t)1 << 30))
+        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30", (double)a->N);
     /* B*H*N*D elements and their bytes must be addressable with 64 bits */
     if (a->B > INT64_MAX / a->H || a->B * a->H > INT64_MAX / a->N ||
         a->B * a->H * a->N > INT64_MAX / 2 / a->D)
@@ -135,11 +158,15 @@ static fa2_status fa2_check_device_memory(const fa2_args *a, fa2_failure *f) {
                       "cannot ask the CUDA runtime about the pointers (no usable device?)");
 }
 
-static fa2_status fa2_remember(fa2_status s, const fa2_failure *f) {
-    if (s == FA2_OK) return s;
-    snprintf(fa2_error_text, sizeof fa2_error_text, "%s%s%s%s%s", f->what ? f->what : "", f->what ? ": " : "",
-             f->why, f->cuda != cudaSuccess ? ": " : "",
+extern "C" const char *fa2_failure_message(const fa2_failure *f, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s", f->what ? f->what : "", f->what ? ": " : "", f->why,
+             f->got[0] ? " (got " : "", f->got, f->got[0] ? ")" : "", f->cuda != cudaSuccess ? ": " : "",
              f->cuda != cudaSuccess ? cudaGetErrorString(f->cuda) : "");
+    return buf;
+}
+
+static fa2_status fa2_remember(fa2_status s, const fa2_failure *f) {
+    if (s != FA2_OK) fa2_failure_message(f, fa2_error_text, sizeof fa2_error_text);
     return s;
 }
 

@@ -6,6 +6,7 @@
 #ifndef FA2_INTERNAL_H
 #define FA2_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fa2.h"
@@ -37,16 +38,21 @@ typedef struct {
     int negate_q;              /* scale < 0: run with -Q and |scale| (the same scores, max stays max) */
 } fa2_params;
 
-/* Why a call failed: the argument concerned (or NULL), a static one-line reason, and the CUDA error when
- * there was one. fa2_last_error() reads "what: why: CUDA's error string". */
+/* Why a call failed: the argument concerned (or NULL), a static one-line reason, the value passed (or
+ * ""), and the CUDA error when there was one. fa2_last_error() reads "what: why (got value): CUDA's
+ * error string". */
 typedef struct {
     const char *what;
     const char *why;
+    char got[32];
     cudaError_t cuda;
 } fa2_failure;
 
-/* Every check that needs no CUDA call: NULL pointers, sizes, dtype, scale, alignment, head dim, N,
- * overflow, outputs overlapping inputs. FA2_OK, or FA2_EINVAL / FA2_EUNSUPPORTED with f->why. */
+/* "what: why (got value): CUDA's error string" into buf; returns buf. */
+const char *fa2_failure_message(const fa2_failure *f, char *buf, size_t cap);
+
+/* Every check that needs no CUDA call: NULL pointers, sizes, causal, scale, dtype, alignment, head dim,
+ * N, overflow, outputs overlapping inputs. FA2_OK, or FA2_EINVAL / FA2_EUNSUPPORTED with f->why. */
 fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f);
 
 /* The kernel parameters for arguments that passed fa2_check_args, for row tiles of br rows. */

@@ -10,52 +10,20 @@
 
 #include "fa2_internal.h"
 #include "fa2_kernel.cuh"
+#include "func_attribute.h"
 
 #define FA2_MAX_DEVICES 64
 #define FA2_GRID_YZ 65535 /* grid.y and grid.z limit */
 
-/*
- * Sets one attribute of `kernel` without touching the caller's cudaGetLastError(). The runtime's
- * cudaFuncSetAttribute clears an error left pending there even when it succeeds (measured on the H200
- * with CUDA 13.0: planted cudaErrorMemoryAllocation, gone after the call), and that error belongs to
- * the caller. The driver's cuFuncSetAttribute sets the same attribute and knows nothing of the
- * runtime's last error; it is reached through the runtime's entry-point lookup, so nothing links -lcuda.
- * Where the lookup is missing (runtimes before 12.5) the runtime call is used.
- */
-static cudaError_t fa2_set_attribute(const void *kernel, cudaFuncAttribute attr, CUfunction_attribute cu_attr,
-                                     int value) {
-#if CUDART_VERSION >= 12050
-    typedef CUresult (*set_attribute_fn)(CUfunction, CUfunction_attribute, int);
-    static void *driver_set; /* looked up once; threads racing here store the same pointer */
-    void *fn = __atomic_load_n(&driver_set, __ATOMIC_ACQUIRE);
-    if (fn == NULL) {
-        enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuFuncSetAttribute", &fn, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess)
-            fn = NULL;
-        else
-            __atomic_store_n(&driver_set, fn, __ATOMIC_RELEASE);
-    }
-    CUfunction f = NULL;
-    if (fn != NULL && cudaGetFuncBySymbol(&f, kernel) == cudaSuccess)
-        return ((set_attribute_fn)fn)(f, cu_attr, value) == CUDA_SUCCESS ? cudaSuccess
-                                                                         : cudaErrorInvalidValue;
-#else
-    (void)cu_attr;
-#endif
-    return cudaFuncSetAttribute(kernel, attr, value);
-}
-
 /* More than 48 KB of dynamic shared memory needs an opt-in per kernel (and per device and context); the
  * carveout asks for the largest shared-memory share so that two 97 KB blocks fit on one SM. */
 static cudaError_t fa2_configure(const void *kernel, int smem_bytes, const char **why) {
-    cudaError_t e = fa2_set_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes);
+    cudaError_t e = attn_func_set_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes);
     if (e == cudaSuccess)
-        e = fa2_set_attribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                              CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                              (int)cudaSharedmemCarveoutMaxShared);
+        e = attn_func_set_attribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                    (int)cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* reported through the return value: leave no trace for the caller */
         *why = "cudaFuncSetAttribute failed (the GPU has less shared memory per block than the kernel needs, "

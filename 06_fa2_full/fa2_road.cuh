@@ -25,9 +25,10 @@ static attn_status fa2_road_run(const char *id, const attn_problem *p, const att
                            p->H, p->N, p->D, p->causal, p->scale, FA2_F16};
     fa2_failure f;
     const fa2_status s = fa2_check_args(&args, &f);
+    char why[256];
     if (s != FA2_OK)
-        return attn_fail(s == FA2_EINVAL ? ATTN_EINVAL : ATTN_EUNSUPPORTED, "stage %s: %s%s%s", id,
-                         f.what ? f.what : "", f.what ? ": " : "", f.why);
+        return attn_fail(s == FA2_EINVAL ? ATTN_EINVAL : ATTN_EUNSUPPORTED, "stage %s: %s", id,
+                         fa2_failure_message(&f, why, sizeof why));
     const fa2_params kp = fa2_params_of(&args, fa2_traits_of(64, RECIPE).br);
     cudaStream_t st = (cudaStream_t)a->stream;
     cudaError_t e;

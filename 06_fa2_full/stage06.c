@@ -28,13 +28,14 @@ attn_status stage06_run(const attn_problem *p, const attn_args *a) {
                            p->H, p->N, p->D, p->causal, p->scale, p->dtype == ATTN_BF16 ? FA2_BF16 : FA2_F16};
     fa2_failure f;
     const fa2_status s = fa2_validate_and_launch(&args, (cudaStream_t)a->stream, &f);
-    const char *what = f.what ? f.what : "", *colon = f.what ? ": " : "";
+    char why[256];
     switch (s) {
     case FA2_OK: return ATTN_OK;
-    case FA2_EINVAL: return attn_fail(ATTN_EINVAL, "stage 06: %s%s%s", what, colon, f.why);
-    case FA2_EUNSUPPORTED: return attn_fail(ATTN_EUNSUPPORTED, "stage 06: %s%s%s", what, colon, f.why);
+    case FA2_EINVAL: return attn_fail(ATTN_EINVAL, "stage 06: %s", fa2_failure_message(&f, why, sizeof why));
+    case FA2_EUNSUPPORTED:
+        return attn_fail(ATTN_EUNSUPPORTED, "stage 06: %s", fa2_failure_message(&f, why, sizeof why));
     case FA2_ECUDA:
-        return attn_fail(attn_cuda_status(f.cuda), "stage 06: %s: %s", f.why, cudaGetErrorString(f.cuda));
+        return attn_fail(attn_cuda_status(f.cuda), "stage 06: %s", fa2_failure_message(&f, why, sizeof why));
     }
     return attn_fail(ATTN_ECUDA, "stage 06: unexpected status %d", (int)s);
 }

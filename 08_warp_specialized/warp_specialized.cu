@@ -190,9 +190,8 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     if (st != ATTN_OK) return st;
     dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
-    kern<<<grid, THREADS, (size_t)smem_bytes(D), stream>>>(*kp);
-    ATTN_CUDA_LAUNCHED("stage 08 kernel (warp_specialized_kernel)");
-    return ATTN_OK;
+    return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
+                      "stage 08 kernel (warp_specialized_kernel)");
 }
 
 HOP_STAGE_ENTRY(stage08_run, "08")

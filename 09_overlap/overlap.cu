@@ -498,7 +498,13 @@ static attn_status launch_pairs(void (*kern)(const overlap_params), const overla
                          "stage 09: its D = 128 non-causal kernel runs in clusters of two "
                          "blocks and none fits on this GPU (stage 08 runs without clusters)");
     cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
-    ATTN_CUDA(cudaLaunchKernelEx(&cfg, kern, *kp));
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, *kp); /* this launch's error only, as hop_launch */
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return attn_fail(attn_cuda_status(e),
+                         "launching stage 09 kernel (overlap_kernel, clusters of two) failed: %s",
+                         cudaGetErrorString(e));
+    }
     return ATTN_OK;
 }
 
@@ -524,9 +530,8 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     const int64_t units = unit_count(CAUSAL, PAIR, (int)tr, kp->bh, (unsigned)sms);
     if (!PAIR) {
         const int64_t blocks = units < sms ? units : sms;
-        kern<<<(unsigned)blocks, threads_for(D), (size_t)smem_bytes(D, BC), stream>>>(op);
-        ATTN_CUDA_LAUNCHED("stage 09 kernel (overlap_kernel)");
-        return ATTN_OK;
+        return hop_launch((const void *)kern, dim3((unsigned)blocks), threads_for(D), smem_bytes(D, BC),
+                          stream, &op, "stage 09 kernel (overlap_kernel)");
     }
     return launch_pairs(kern, &op, units, threads_for(D), smem_bytes(D, BC), sms, stream);
 }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "cuda_check.h"
+#include "func_attribute.h"
 #include "hopper_host.h"
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
@@ -54,8 +55,9 @@ attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const att
     const int64_t bh = p->B * p->H;
     if (bh > (int64_t)HOP_GRID_YZ * HOP_GRID_YZ)
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s: B*H must be at most 65535^2", id);
-    if (p->D % 64 != 0)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: head dim must be a multiple of 64", id);
+    if (p->D != 64 && p->D != 128 && p->D != 256)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim 64, 128, 256 (got %lld)", id,
+                         (long long)p->D);
     attn_status st;
     if ((st = hop_tensor_map(&kp->q_map, a->q, bh, p->N, p->D, br)) != ATTN_OK ||
         (st = hop_tensor_map(&kp->k_map, a->k, bh, p->N, p->D, bc)) != ATTN_OK ||
@@ -71,12 +73,28 @@ attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const att
 }
 
 /* Set on every launch rather than cached: the call costs about a microsecond on the host, and a cache
- * goes stale after cudaDeviceReset (the attribute is lost, the cache would still say "done"). */
+ * goes stale after cudaDeviceReset (the attribute is lost, the cache would still say "done"). Through
+ * the driver (func_attribute.h), so that an error an earlier call left pending stays for its owner. */
 attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (e != cudaSuccess)
+    cudaError_t e = attn_func_set_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* this call's own error, reported below: leave no trace */
         return attn_fail(attn_cuda_status(e), "%s: asking for %d bytes of shared memory per block failed: %s",
                          what, smem_bytes, cudaGetErrorString(e));
+    }
+    return ATTN_OK;
+}
+
+attn_status hop_launch(const void *kernel, dim3 grid, unsigned threads, int smem_bytes, cudaStream_t stream,
+                       void *params, const char *what) {
+    void *args[1] = {params};
+    dim3 block = {threads, 1, 1};
+    cudaError_t e = cudaLaunchKernel(kernel, grid, block, args, (size_t)smem_bytes, stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return attn_fail(attn_cuda_status(e), "launching %s failed: %s", what, cudaGetErrorString(e));
+    }
     return ATTN_OK;
 }
 #endif

@@ -13,6 +13,7 @@
 #define ATTN_HOPPER_HOST_H
 
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <stdint.h>
 
 #include "attn.h"
@@ -37,7 +38,7 @@ typedef struct {
 /* The largest grid.y and grid.z: B*H is spread over both. */
 #define HOP_GRID_YZ 65535
 
-/* Checks the problem's limits for stage `id` (N <= 2^30, B*H <= 65535^2, D a multiple of 64) and fills
+/* Checks the problem's limits for stage `id` (N <= 2^30, B*H <= 65535^2, D 64, 128 or 256) and fills
  * *kp: tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06
  * takes it (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
 attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc,
@@ -51,6 +52,13 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
 
 /* The kernel's shared memory opt-in (> 48 KB), set before each launch. */
 attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what);
+
+/* Launches kernel(*params) (one parameter, by value) and reports this launch's error only: an error an
+ * earlier, unrelated call left in cudaGetLastError() is neither taken as this launch's nor cleared
+ * (kernel<<<...>>> followed by cudaGetLastError() would report it after queueing the kernel, and a
+ * caller who retried would run it twice). */
+attn_status hop_launch(const void *kernel, dim3 grid, unsigned threads, int smem_bytes, cudaStream_t stream,
+                       void *params, const char *what);
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,87 @@
 /*
- * stage_lib.c: the checks and status mapping behind every stage library's NAME_forward (stage_lib.h).
+ * stage_lib.c: the checks and status mapping behind every stage library's NAME_forward (stage_lib.h),
+ * with fa2_forward's contract (06_fa2_full/fa2.h): the same checks in the same order, every refusal a
+ * line "argument: reason (got value)". First what needs no CUDA call (pointers, sizes, causal, scale,
+ * dtype, alignment, outputs overlapping inputs), then what the pointers are, then the stage.
  */
 #ifdef ATTN_HAVE_CUDA
 #include <math.h>
 
 #include "stage_lib.h"
 
-/* 1 when p is device memory this process can use (not a host pointer, which would fault later) */
-static int on_device(const void *p) {
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
+static const char *const arg_name[5] = {"q", "k", "v", "o", "lse"};
+
+/* [a, a + na) and [b, b + nb) share a byte */
+static int overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+/* o with q, k or v races (other blocks still read what this block's O overwrites); lse likewise, and
+ * with o. q, k and v may share memory (they are only read: q == k is self-attention). */
+static attn_status check_outputs_apart(const void *const ptr[5], uint64_t bytes, uint64_t lse_bytes) {
+    for (int out = 3; out < 5; out++)
+        for (int in = 0; in < out; in++)
+            if (overlap(ptr[out], out == 4 ? lse_bytes : bytes, ptr[in], bytes))
+                return attn_fail(ATTN_EINVAL,
+                                 "%s and %s: an output must not share memory with an input or with the "
+                                 "other output",
+                                 arg_name[out], arg_name[in]);
+    return ATTN_OK;
+}
+
+static attn_status check_args(const void *const ptr[5], const int64_t size[4], int causal, float scale,
+                              int dtype) {
+    static const char *const size_name[4] = {"B", "H", "N", "D"};
+    for (int i = 0; i < 5; i++)
+        if (!ptr[i]) return attn_fail(ATTN_EINVAL, "%s: must be a device pointer, not NULL", arg_name[i]);
+    for (int i = 0; i < 4; i++)
+        if (size[i] < 1)
+            return attn_fail(ATTN_EINVAL, "%s: must be at least 1 (got %lld)", size_name[i],
+                             (long long)size[i]);
+    if (causal != 0 && causal != 1) return attn_fail(ATTN_EINVAL, "causal: must be 0 or 1 (got %d)", causal);
+    if (!(fabsf(scale) <= ATTN_LIB_MAX_SCALE)) /* also NaN: the kernels multiply by |scale| * log2(e) */
+        return attn_fail(ATTN_EINVAL, "scale: must be finite with |scale| <= %.2g (got %g)",
+                         (double)ATTN_LIB_MAX_SCALE, (double)scale);
+    if (dtype != ATTN_F16 && dtype != ATTN_BF16)
+        return attn_fail(ATTN_EINVAL, "dtype: must be 0 (fp16) or 1 (bf16) (got %d)", dtype);
+    for (int i = 0; i < 5; i++)
+        if ((uintptr_t)ptr[i] % (i < 4 ? 16 : 4))
+            return attn_fail(ATTN_EINVAL, "%s: must be %d-byte aligned", arg_name[i], i < 4 ? 16 : 4);
+    /* the bytes of B*H*N*D 16-bit elements must be addressable with 64 bits */
+    const int64_t B = size[0], H = size[1], N = size[2], D = size[3];
+    if (B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D)
+        return attn_fail(ATTN_EINVAL, "B*H*N*D: overflows 64 bits (B=%lld H=%lld N=%lld D=%lld)",
+                         (long long)B, (long long)H, (long long)N, (long long)D);
+    return check_outputs_apart(ptr, (uint64_t)(B * H * N * D) * 2u, (uint64_t)(B * H * N) * 4u);
+}
+
+/* Device memory of the current device, or managed memory: host memory would fault in the kernel (or be
+ * read over the bus), another device's would be read over the bus or fault. ATTN_ECUDA when the
+ * runtime cannot answer at all (no usable device), which is not the caller's argument's fault. */
+static attn_status check_device_memory(const void *const ptr[5]) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    for (int i = 0; i < 5 && e == cudaSuccess; i++) {
+        struct cudaPointerAttributes at;
+        e = cudaPointerGetAttributes(&at, ptr[i]);
+        if (e == cudaErrorInvalidValue) { /* older runtimes: a pointer they never saw */
+            (void)cudaGetLastError();
+            return attn_fail(ATTN_EINVAL, "%s: not memory the CUDA runtime knows (need device memory)",
+                             arg_name[i]);
+        }
+        if (e != cudaSuccess) break;
+        if (at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered)
+            return attn_fail(ATTN_EINVAL, "%s: host memory; the stage needs device or managed memory",
+                             arg_name[i]);
+        if (at.type == cudaMemoryTypeDevice && at.device != dev)
+            return attn_fail(ATTN_EINVAL, "%s: memory of device %d, not of the current device %d",
+                             arg_name[i], at.device, dev);
     }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    if (e == cudaSuccess) return ATTN_OK;
+    (void)cudaGetLastError(); /* reported through the status: leave no trace for the caller */
+    return attn_fail(ATTN_ECUDA, "cannot ask the CUDA runtime about the pointers (no usable device?): %s",
+                     cudaGetErrorString(e));
 }
 
 static int lib_status(attn_status s) {
@@ -28,23 +96,15 @@ static int lib_status(attn_status s) {
 int attn_lib_forward(attn_stage_run_fn run, const void *q, const void *k, const void *v, void *o, float *lse,
                      int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,
                      cudaStream_t stream) {
-    const void *ptr[5] = {q, k, v, o, lse};
-    const char *name[5] = {"q", "k", "v", "o", "lse"};
-    for (int i = 0; i < 5; i++) {
-        if (!ptr[i])
-            return lib_status(attn_fail(ATTN_EINVAL, "%s must be a device pointer, not NULL", name[i]));
-        if ((uintptr_t)ptr[i] % (i < 4 ? 16 : 4))
-            return lib_status(attn_fail(ATTN_EINVAL, "%s must be %d-byte aligned", name[i], i < 4 ? 16 : 4));
-        if (!on_device(ptr[i]))
-            return lib_status(attn_fail(ATTN_EINVAL, "%s is not device memory of this process", name[i]));
-    }
-    if (dtype != ATTN_F16 && dtype != ATTN_BF16)
-        return lib_status(attn_fail(ATTN_EINVAL, "dtype must be 0 (fp16) or 1 (bf16), got %d", dtype));
-    attn_problem p = attn_problem_make(B, H, N, D, causal != 0);
+    const void *const ptr[5] = {q, k, v, o, lse};
+    const int64_t size[4] = {B, H, N, D};
+    attn_status st = check_args(ptr, size, causal, scale, dtype);
+    if (st == ATTN_OK) st = check_device_memory(ptr);
+    if (st != ATTN_OK) return lib_status(st);
+    /* the stage checks its own limits (head dims, N, B*H) and takes scale = 0 as stage 06 does */
+    attn_problem p = attn_problem_make(B, H, N, D, causal);
     p.scale = scale;
     p.dtype = (attn_dtype)dtype;
-    attn_status st = attn_problem_validate(&p);
-    if (st != ATTN_OK) return lib_status(st);
     const attn_args a = {q, k, v, o, lse, NULL, (void *)stream, 1};
     return lib_status(run(&p, &a));
 }

@@ -5,10 +5,15 @@
  *     ATTN_STAGE_LIBRARY(overlap, stage09_run)     -> overlap_forward, overlap_status_string,
  *                                                     overlap_last_error
  *
- * with the signature and status codes of stage 06's fa2_forward (06_fa2_full/fa2.h): 0 ok,
- * 1 invalid argument, 2 unsupported, 3 CUDA error; the reason of the last refusal in
- * NAME_last_error(). LSE must not be NULL (these stages always write it). Launches on `stream` and
- * returns without synchronising. CUDA builds only.
+ * with the signature, status codes and argument rules of stage 06's fa2_forward (06_fa2_full/fa2.h):
+ * 0 ok, 1 invalid argument, 2 unsupported, 3 CUDA error; the reason of the last refusal on this thread
+ * in NAME_last_error(), one line naming the argument. Like fa2_forward: causal is 0 or 1; scale is
+ * finite with |scale| <= ATTN_LIB_MAX_SCALE, negative flips the scores and 0 is uniform attention;
+ * q, k, v, o are 16-byte aligned device (or managed) memory of the current device, lse 4-byte aligned;
+ * o and lse share no byte with an input or each other; an error an earlier, unrelated CUDA call left in
+ * cudaGetLastError() is neither reported as the call's own nor cleared. Unlike it, lse must not be NULL
+ * (these stages always write it) and the head dim is 64, 128 or 256. Launches on `stream` and returns
+ * without synchronising. CUDA builds only.
  */
 #ifndef ATTN_STAGE_LIB_H
 #define ATTN_STAGE_LIB_H
@@ -22,16 +27,28 @@
 extern "C" {
 #endif
 
+/* fa2.h's FA2_MAX_SCALE: |scale| * log2(e), the kernels' multiplier, stays below FLT_MAX */
+#define ATTN_LIB_MAX_SCALE 2.3e38f
+
 typedef attn_status (*attn_stage_run_fn)(const attn_problem *p, const attn_args *a);
 
-/* Checks the arguments (non-NULL, 16-byte aligned device pointers; B, H, N, D and scale in range;
- * dtype 0 fp16 or 1 bf16), runs the stage, and maps its status to fa2's codes. */
+/* Checks the arguments (above), runs the stage, and maps its status to fa2's codes. */
 int attn_lib_forward(attn_stage_run_fn run, const void *q, const void *k, const void *v, void *o, float *lse,
                      int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,
                      cudaStream_t stream);
 const char *attn_lib_status_string(int s);
 
+/* The three functions of one stage library, declared (a C caller writes ATTN_STAGE_LIBRARY_API(overlap)
+ * to call overlap_forward); ATTN_STAGE_LIBRARY defines them after this declaration, so the two agree. */
+#define ATTN_STAGE_LIBRARY_API(name)                                                                         \
+    int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
+                       int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
+                       cudaStream_t stream);                                                                 \
+    const char *name##_status_string(int s);                                                                 \
+    const char *name##_last_error(void);
+
 #define ATTN_STAGE_LIBRARY(name, run)                                                                        \
+    ATTN_STAGE_LIBRARY_API(name)                                                                             \
     int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
                        int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
                        cudaStream_t stream) {                                                                \

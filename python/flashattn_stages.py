@@ -11,7 +11,7 @@ the current CUDA stream (torch.cuda.current_stream()) and not waited for, like a
 No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk)
 and this module loads it with ctypes. Inputs are PyTorch tensors, or any object with
 __cuda_array_interface__ (fp16 only, since that interface has no bf16 type string) together with
-out=(o, lse) and stream=. Bad arguments raise ValueError or TypeError naming the argument, before
+out=(o, lse) and stream= (outputs must not be read-only). Bad arguments raise ValueError or TypeError naming the argument, before
 anything runs; a CUDA failure raises RuntimeError. FLASHATTN_LIB_DIR overrides the folder of the .so
 files (default: build/ beside this folder).
 """
@@ -32,6 +32,7 @@ STAGES = {
 }
 
 _DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
+MAX_SCALE = 2.3e38                  # fa2.h's FA2_MAX_SCALE, common/stage_lib.h's ATTN_LIB_MAX_SCALE
 _STATUS = {1: ValueError, 2: ValueError, 3: RuntimeError}  # EINVAL, EUNSUPPORTED, ECUDA
 _libs = {}
 
@@ -76,7 +77,7 @@ class _Arg:
     """What the C function needs to know of one array: pointer, shape, dtype, layout, device."""
 
     def __init__(self, x, name, torch_ok=True):
-        self.name, self.torch = name, None
+        self.name, self.torch, self.readonly = name, None, False
         if torch_ok and type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr"):
             import torch
             self.torch = x
@@ -92,25 +93,42 @@ class _Arg:
                             % (name, type(x).__name__))
         self.dtype = {"<f2": "fp16", "<f4": "fp32"}.get(cai.get("typestr"), cai.get("typestr"))
         self.shape, self.ptr, self.device = tuple(cai["shape"]), int(cai["data"][0] or 0), None
+        self.readonly = bool(cai["data"][1])
         dense, step = [], {"fp16": 2, "fp32": 4}.get(self.dtype, 1)
         for n in reversed(self.shape):
             dense.insert(0, step)
             step *= n
         self.contiguous = cai.get("strides") is None or tuple(cai["strides"]) == tuple(dense)
 
-    def expect(self, shape, dtypes, what):
+    def expect(self, shape, dtypes, what, align=16):
         if len(self.shape) != len(shape) or any(a != b for a, b in zip(self.shape, shape) if b is not None):
             raise ValueError("%s must have shape %s (got %s)" % (self.name, what, list(self.shape)))
         if self.dtype not in dtypes:
             raise TypeError("%s must be %s (got %s)" % (self.name, " or ".join(dtypes), self.dtype))
         if not self.contiguous:
             raise ValueError("%s must be contiguous, row-major %s (call .contiguous() first)" % (self.name, what))
-        if self.ptr % 16:
-            raise ValueError("%s must start on a 16-byte boundary (its data pointer is 0x%x; a view at an "
-                             "offset can break this: call .clone())" % (self.name, self.ptr))
+        if self.ptr % align:
+            raise ValueError("%s must start on a %d-byte boundary (its data pointer is 0x%x; a view at an "
+                             "offset can break this: call .clone())" % (self.name, align, self.ptr))
 
 
-def _check(q, k, v, out, scale):
+def _scale(scale, D):
+    """The scale as the C libraries take it: a float with |scale| <= MAX_SCALE (0: uniform attention)."""
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError("scale must be a number (got %s)" % type(scale).__name__)
+    try:
+        scale = float(scale)
+    except OverflowError:
+        raise ValueError("scale must be finite with |scale| <= %g (got an int of %d digits)"
+                         % (MAX_SCALE, len(str(abs(scale))))) from None
+    if not abs(scale) <= MAX_SCALE:
+        raise ValueError("scale must be finite with |scale| <= %g (got %r)" % (MAX_SCALE, scale))
+    return scale
+
+
+def _check(q, k, v, out, scale, stage):
     a = [_Arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     a[0].expect([None] * 4, ("fp16", "bf16"), "[B, H, N, D]")
     B, H, N, D = a[0].shape
@@ -121,34 +139,36 @@ def _check(q, k, v, out, scale):
     for x in a[1:]:
         if x.device != a[0].device:
             raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    if not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError("scale must be a finite number (got %r)" % (scale,))
+    scale = _scale(scale, D)
     if out is not None:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError("out must be a pair (o, lse); lse may be None")
+            raise TypeError("out must be a pair (o, lse); lse may be None for stage 06")
         o = _Arg(out[0], "out[0] (o)")
         o.expect(a[0].shape, (a[0].dtype,), "%s, q's shape and dtype" % list(a[0].shape))
+        if out[1] is None and stage != "06":
+            raise ValueError("out[1] (lse) is needed for stage %s: its library always writes the LSE" % stage)
         lse = None if out[1] is None else _Arg(out[1], "out[1] (lse)")
         if lse is not None:
-            lse.expect([B, H, N], ("fp32",), "[%d, %d, %d] float32" % (B, H, N))
+            lse.expect([B, H, N], ("fp32",), "[%d, %d, %d] float32" % (B, H, N), align=4)
         for x in (o, lse):
+            if x is not None and x.readonly:
+                raise ValueError("%s is read-only (its __cuda_array_interface__ says so)" % x.name)
             if x is not None and x.device != a[0].device:
                 raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
     elif a[0].torch is None:
         raise TypeError("out=(o, lse) is needed for inputs that are not torch tensors")
-    return a, float(scale)
+    return a, scale
 
 
 def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None):
     """O and LSE of attention over q, k, v ([B, H, N, D], one 16-bit dtype, contiguous, one CUDA
-    device). causal: query i sees keys 0..i. scale: default 1/sqrt(D). out=(o, lse): write there
-    (lse may be None) instead of new tensors. stream: a cudaStream_t as an int; default: torch's
+    device). causal: query i sees keys 0..i. scale: default 1/sqrt(D); |scale| <= MAX_SCALE, 0 is
+    uniform attention. out=(o, lse): write there (lse may be None for stage 06 only) instead of new
+    tensors. stream: a cudaStream_t as an int; default: torch's
     current stream on q's device (0, the legacy default stream, without torch). Returns (o, lse)."""
     if stage not in STAGES:
         raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
-    (aq, ak, av), scale = _check(q, k, v, out, scale)
+    (aq, ak, av), scale = _check(q, k, v, out, scale, stage)
     B, H, N, D = aq.shape
     fwd, status, last, prefix = _load(stage)
     torch = None

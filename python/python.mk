@@ -9,6 +9,9 @@
 # The objects are the ones build/libattn.a is made of (compiled with -fPIC for this), linked with the
 # static CUDA runtime, whose symbols stay inside the library (--exclude-libs): a process that already
 # has another CUDA runtime loaded (PyTorch) cannot interpose its own on the library's calls.
+# Each library exports its API alone, NAME_forward, NAME_status_string and NAME_last_error (a linker
+# version script hides the rest: the argument checks that skip the device-memory test, the launchers,
+# the suite's attn_* and hop_* helpers), and the link fails if anything else is exported.
 # One line per stage: $(eval $(call shared_lib,NAME,OBJECTS)) makes $(BUILD)/libNAME.so.
 
 SHARED_LIBS :=
@@ -18,8 +21,12 @@ ifneq ($(HAVE_CUDA),)
 define shared_lib
 SHARED_LIBS += $(BUILD)/lib$(1).so
 $(BUILD)/lib$(1).so: $(2)
+	@printf '{ global: $(1)_forward; $(1)_status_string; $(1)_last_error; local: *; };\n' >$$@.map
 	$$(CC) -shared -o $$@ $$^ -L$$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm \
-	    -Wl,--exclude-libs,ALL -Wl,--no-undefined
+	    -Wl,--exclude-libs,ALL -Wl,--no-undefined -Wl,--version-script=$$@.map
+	@got=$$$$(nm -D --defined-only $$@ | awk '$$$$2 ~ /^[TDBRVW]$$$$/ {print $$$$3}' | sed 's/@.*//' | sort | tr '\n' ' '); \
+	want='$(1)_forward $(1)_last_error $(1)_status_string '; \
+	if [ "$$$$got" != "$$$$want" ]; then echo "$$@ exports '$$$$got', not '$$$$want'" >&2; rm -f $$@; exit 1; fi
 endef
 
 # Stage 06: its kernel objects as 06_fa2_full/fa2.mk names them (FA2_OBJS once it lists several files).
@@ -32,7 +39,7 @@ $(eval $(call shared_lib,overlap,$(BUILD)/obj/09_overlap/overlap.cu.o $(BUILD)/o
 
 else
 
-$(BUILD)/libfa2.so:
+$(BUILD)/libfa2.so shared-libs:
 	@echo "$@: needs the CUDA build (nvcc not found, or NO_CUDA=1)" >&2; exit 1
 
 endif

@@ -41,7 +41,12 @@ def out_for(shape, dtype="<f2"):
     ("strided v", ValueError, "v must be contiguous"),
     ("misaligned k", ValueError, "k must start on a 16-byte boundary"),
     ("empty q", ValueError, "at least 1"),
-    ("nan scale", ValueError, "scale must be a finite number"),
+    ("nan scale", ValueError, "scale must be finite with |scale| <= 2.3e+38 (got nan)"),
+    ("huge int scale", ValueError, "scale must be finite with |scale| <= 2.3e+38 (got an int of 401 digits)"),
+    ("scale past float32", ValueError, "scale must be finite with |scale| <= 2.3e+38 (got 1e+39)"),
+    ("string scale", TypeError, "scale must be a number (got str)"),
+    ("no lse for 07", ValueError, "out[1] (lse) is needed for stage 07"),
+    ("read-only o", ValueError, "out[0] (o) is read-only"),
     ("no out", TypeError, "out=(o, lse) is needed"),
     ("lse shape", ValueError, "out[1] (lse) must have shape [2, 3, 17] float32"),
     ("o dtype", TypeError, "out[0] (o) must be fp16"),
@@ -66,6 +71,18 @@ def test_refusals_name_the_argument(case, exc, words):
         kw["out"] = out_for((2, 3, 0, 64))
     elif case == "nan scale":
         kw["scale"] = float("nan")
+    elif case == "huge int scale":
+        kw["scale"] = 10 ** 400
+    elif case == "scale past float32":
+        kw["scale"] = 1e39
+    elif case == "string scale":
+        kw["scale"] = "0.125"
+    elif case == "no lse for 07":
+        kw["out"], kw["stage"] = (kw["out"][0], None), "07"
+    elif case == "read-only o":
+        o = FakeCuda(shape, ptr=4 << 20)
+        o.__cuda_array_interface__["data"] = (4 << 20, True)
+        kw["out"] = (o, kw["out"][1])
     elif case == "no out":
         kw = {}
     elif case == "lse shape":
@@ -79,6 +96,24 @@ def test_refusals_name_the_argument(case, exc, words):
     with pytest.raises(exc) as e:
         fa.forward(q, k, v, **kw)
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("case", ["lse 4-byte aligned", "scale 0", "scale -2.3e38"])
+def test_what_the_c_side_takes_passes_the_python_checks(case):
+    """These reach the library (which, without a GPU or the .so, fails for that reason instead)."""
+    q, k, v = fakes()
+    o, lse = out_for((2, 3, 17, 64))
+    kw = {"out": (o, lse), "stage": "07"}
+    if case == "lse 4-byte aligned":
+        kw["out"] = (o, FakeCuda((2, 3, 17), "<f4", ptr=(5 << 20) + 4))
+    elif case == "scale 0":
+        kw["scale"] = 0
+    else:
+        kw["scale"] = -2.3e38
+    with pytest.raises((FileNotFoundError, RuntimeError, ValueError)) as e:
+        fa.forward(q, k, v, **kw)
+    for words in ("boundary", "scale must"):
+        assert words not in str(e.value), str(e.value)
 
 
 # ---- on the GPU ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 /*
- * test_fa2_api.c: the contract of libfa2's fa2_forward() (06_fa2_full/fa2.h), called directly.
+ * test_fa2_api.c: the contract of libfa2's fa2_forward() (06_fa2_full/fa2.h), called directly, and
+ * the same contract of the stage libraries' NAME_forward() (stages 07-09, common/stage_lib.h).
  *
  * Without a GPU (any CUDA build): every refusal that needs no CUDA call, with the argument named in
  * fa2_last_error(); outputs overlapping inputs refused, inputs overlapping each other taken; the scale
@@ -8,6 +9,10 @@
  * fa2_forward's own (and stays for its owner); fa2_forward works after cudaDeviceReset() (the
  * shared-memory opt-in is redone); first calls from 8 threads at once all work. Results are checked
  * against the double reference. Criterion runs each test in its own process.
+ * The stage libraries: the same refusals, in the same words (without a GPU: a clear CUDA-status
+ * refusal, not a misleading "q"); with an sm_90 GPU: host memory refused, results checked, an earlier
+ * error kept, and scale 0 as uniform attention (O the mean of the visible V rows, LSE log of their
+ * count), for fa2_forward too.
  */
 #include <math.h>
 
@@ -19,6 +24,12 @@
 #include <cuda_runtime_api.h>
 
 #include "06_fa2_full/fa2.h"
+#include "half.h"
+#include "stage_lib.h"
+
+ATTN_STAGE_LIBRARY_API(tma_wgmma)
+ATTN_STAGE_LIBRARY_API(warp_specialized)
+ATTN_STAGE_LIBRARY_API(overlap)
 
 /* Distinct, aligned addresses no one owns: enough for refusals decided before any CUDA call. */
 #define FAKE(i) ((void *)(uintptr_t)(0x10000000u * (i)))
@@ -39,25 +50,34 @@ static fa2_status call(const void *q, const void *k, const void *v, void *o, flo
 Test(fa2_api, refuses_bad_arguments_and_names_them) {
     void *q = FAKE(1), *k = FAKE(2), *v = FAKE(3), *o = FAKE(4);
     float *lse = (float *)FAKE(5);
-    EXPECT_REFUSAL(call(NULL, k, v, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "not NULL");
-    EXPECT_REFUSAL(call(q, k, v, o, lse, 0, 64, 0.125f, FA2_F16), FA2_EINVAL, "at least 1");
+    EXPECT_REFUSAL(call(NULL, k, v, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL,
+                   "q: must be a device pointer, not NULL");
+    EXPECT_REFUSAL(call(q, k, NULL, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL,
+                   "v: must be a device pointer");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 0, 64, 0.125f, FA2_F16), FA2_EINVAL,
+                   "N: must be at least 1 (got 0)");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 64, -3, 0.125f, FA2_F16), FA2_EINVAL,
+                   "D: must be at least 1 (got -3)");
+    EXPECT_REFUSAL(fa2_forward(q, k, v, o, lse, 1, 2, 64, 64, 7, 0.125f, FA2_F16, 0), FA2_EINVAL,
+                   "causal: must be 0 or 1 (got 7)");
     EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 64, 0.125f, 7), FA2_EINVAL,
-                   "dtype: must be FA2_F16 or FA2_BF16");
+                   "dtype: must be FA2_F16 (0) or FA2_BF16 (1) (got 7)");
     EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 64, NAN, FA2_F16), FA2_EINVAL, "scale: must be finite");
     EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 80, 0.125f, FA2_F16), FA2_EUNSUPPORTED,
-                   "D: head dim must be 32, 64");
+                   "D: head dim must be 32, 64, 96, 128 or 256 (got 80)");
     EXPECT_REFUSAL(call(q, k, v, o, lse, (int64_t)1 << 31, 64, 0.125f, FA2_F16), FA2_EUNSUPPORTED,
-                   "N: must be at most 2^30");
-    EXPECT_REFUSAL(call((char *)q + 8, k, v, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL, "16-byte aligned");
+                   "N: must be at most 2^30 (got 2147483648)");
+    EXPECT_REFUSAL(call((char *)q + 8, k, v, o, lse, 64, 64, 0.125f, FA2_F16), FA2_EINVAL,
+                   "q: must be 16-byte aligned");
     EXPECT_REFUSAL(call(q, k, v, o, (float *)((char *)lse + 2), 64, 64, 0.125f, FA2_F16), FA2_EINVAL,
-                   "lse 4-byte");
+                   "lse: must be 4-byte aligned");
 }
 
 /* fa2.h promises every |scale| <= FA2_MAX_SCALE and refuses the rest, saying so. */
 Test(fa2_api, the_scale_bound_is_the_documented_one) {
     void *q = FAKE(1), *k = FAKE(2), *v = FAKE(3), *o = FAKE(4);
     EXPECT_REFUSAL(call(q, k, v, o, NULL, 64, 64, 3e38f, FA2_F16), FA2_EINVAL,
-                   "|scale| <= FA2_MAX_SCALE = 2.3e38");
+                   "|scale| <= FA2_MAX_SCALE = 2.3e38 (got 3.00000001e+38)");
     EXPECT_REFUSAL(call(q, k, v, o, NULL, 64, 64, -INFINITY, FA2_F16), FA2_EINVAL, "scale");
     for (int sign = -1; sign <= 1; sign += 2) {
         /* past the argument checks: what stops these fake pointers is the memory check, not the scale */
@@ -135,13 +155,36 @@ static cudaError_t plant_an_error(void) {
 }
 
 typedef struct {
-    cudaError_t planted, left; /* planted just before fa2_forward; what cudaGetLastError() gave just after */
+    cudaError_t planted, left; /* planted just before the call; what cudaGetLastError() gave just after */
 } error_probe;
 
-/* fa2_forward with B = 2, H = 3, fp16; with a probe, cudaGetLastError() read right after it */
-static int forward_probed(const void *q, const void *k, const void *v, void *o, float *lse, int64_t N,
-                          int64_t D, int causal, float scale, error_probe *probe) {
-    const int rc = fa2_forward(q, k, v, o, lse, 2, 3, N, D, causal, scale, FA2_F16, 0);
+/* A library with fa2_forward's signature: libfa2 itself, or a stage library (07-09) */
+typedef int (*forward_fn)(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,
+                          int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,
+                          cudaStream_t stream);
+typedef struct {
+    const char *name;
+    forward_fn forward;
+    const char *(*last_error)(void);
+    int needs_sm90;
+} library;
+
+static int fa2_as_library(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,
+                          int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,
+                          cudaStream_t stream) {
+    return (int)fa2_forward(q, k, v, o, lse, B, H, N, D, causal, scale, (fa2_dtype)dtype, stream);
+}
+
+static const library FA2 = {"fa2", fa2_as_library, fa2_last_error, 0};
+static const library STAGE_LIBS[3] = {
+    {"tma_wgmma", tma_wgmma_forward, tma_wgmma_last_error, 1},
+    {"warp_specialized", warp_specialized_forward, warp_specialized_last_error, 1},
+    {"overlap", overlap_forward, overlap_last_error, 1}};
+
+/* The library's forward with B = 2, H = 3, fp16; with a probe, cudaGetLastError() read right after it */
+static int forward_probed(const library *lib, const void *q, const void *k, const void *v, void *o,
+                          float *lse, int64_t N, int64_t D, int causal, float scale, error_probe *probe) {
+    const int rc = lib->forward(q, k, v, o, lse, 2, 3, N, D, causal, scale, 0, 0);
     if (probe) probe->left = cudaGetLastError();
     return rc;
 }
@@ -150,8 +193,8 @@ static int forward_probed(const void *q, const void *k, const void *v, void *o, 
  * and LSE are checked against the double reference on the first and last heads and 64 random rows.
  * Returns fa2_forward's status, or -1 when the result is wrong; `why` says what went wrong. Asserts
  * nothing, so that threads may call it. */
-static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, char *why, size_t cap,
-                             error_probe *probe) {
+static int forward_and_check(const library *lib, int64_t N, int64_t D, int causal, uint64_t seed, char *why,
+                             size_t cap, error_probe *probe) {
     attn_problem p = attn_problem_make(2, 3, N, D, causal);
     attn_inputs in;
     if (attn_inputs_random(&in, &p, seed, ATTN_INIT_NORMAL) != ATTN_OK) {
@@ -172,8 +215,9 @@ static int forward_and_check(int64_t N, int64_t D, int causal, uint64_t seed, ch
         snprintf(why, cap, "copy failed");
     } else if (probe && (probe->planted = plant_an_error()) == cudaSuccess) {
         snprintf(why, cap, "could not leave an error in cudaGetLastError() to test with");
-    } else if ((rc = forward_probed(q, k, v, o, lse, N, D, causal, p.scale, probe)) != FA2_OK) {
-        snprintf(why, cap, "fa2_forward: %s: %s", fa2_status_string((fa2_status)rc), fa2_last_error());
+    } else if ((rc = forward_probed(lib, q, k, v, o, lse, N, D, causal, p.scale, probe)) != FA2_OK) {
+        snprintf(why, cap, "%s_forward: %s: %s", lib->name, fa2_status_string((fa2_status)rc),
+                 lib->last_error());
     } else if (cudaDeviceSynchronize() || cudaMemcpy(ho, o, bytes, cudaMemcpyDeviceToHost) ||
                cudaMemcpy(hlse, lse, lse_bytes, cudaMemcpyDeviceToHost)) {
         snprintf(why, cap, "the kernel or the copy back failed");
@@ -221,7 +265,7 @@ Test(fa2_api, an_earlier_error_is_not_reported_as_its_own) {
      * that only fa2_forward's calls lie between the two */
     error_probe probe = {cudaSuccess, cudaSuccess};
     char why[256] = "";
-    cr_assert_eq(forward_and_check(300, 64, 1, 51, why, sizeof why, &probe), FA2_OK, "%s", why);
+    cr_assert_eq(forward_and_check(&FA2, 300, 64, 1, 51, why, sizeof why, &probe), FA2_OK, "%s", why);
     cr_assert_eq(probe.left, probe.planted,
                  "the earlier error was consumed: cudaGetLastError() gave %s, the planted one was %s",
                  cudaGetErrorName(probe.left), cudaGetErrorName(probe.planted));
@@ -231,11 +275,11 @@ Test(fa2_api, an_earlier_error_is_not_reported_as_its_own) {
 Test(fa2_api, works_after_cuda_device_reset) {
     SKIP_WITHOUT_GPU();
     char why[256] = "";
-    cr_assert_eq(forward_and_check(300, 64, 1, 52, why, sizeof why, NULL), FA2_OK, "%s", why);
+    cr_assert_eq(forward_and_check(&FA2, 300, 64, 1, 52, why, sizeof why, NULL), FA2_OK, "%s", why);
     cr_assert_eq(cudaDeviceReset(), cudaSuccess);
-    cr_assert_eq(forward_and_check(300, 64, 1, 53, why, sizeof why, NULL), FA2_OK,
+    cr_assert_eq(forward_and_check(&FA2, 300, 64, 1, 53, why, sizeof why, NULL), FA2_OK,
                  "after cudaDeviceReset: %s", why);
-    cr_assert_eq(forward_and_check(200, 128, 0, 54, why, sizeof why, NULL), FA2_OK,
+    cr_assert_eq(forward_and_check(&FA2, 200, 128, 0, 54, why, sizeof why, NULL), FA2_OK,
                  "after cudaDeviceReset: %s", why);
 }
 
@@ -248,7 +292,7 @@ typedef struct {
 
 static void *forward_in_thread(void *arg) {
     forward_job *j = arg;
-    j->rc = forward_and_check(j->N, j->D, j->causal, 60 + (uint64_t)j->D + (uint64_t)j->causal, j->why,
+    j->rc = forward_and_check(&FA2, j->N, j->D, j->causal, 60 + (uint64_t)j->D + (uint64_t)j->causal, j->why,
                               sizeof j->why, NULL);
     return NULL;
 }
@@ -267,6 +311,181 @@ Test(fa2_api, first_calls_from_many_threads_at_once) {
                      jobs[i].why);
 }
 
+/* ---- the stage libraries (07-09): fa2_forward's contract ---------------------------------------- */
+
+#define EXPECT_LIB_REFUSAL(lib, call_expr, want, text)                                                       \
+    do {                                                                                                     \
+        int s_ = (call_expr);                                                                                \
+        cr_assert_eq(s_, (want), "%s: %s: got %d (%s)", (lib)->name, #call_expr, s_, (lib)->last_error());   \
+        cr_assert(strstr((lib)->last_error(), (text)), "%s: %s: message '%s' lacks '%s'", (lib)->name,       \
+                  #call_expr, (lib)->last_error(), (text));                                                  \
+    } while (0)
+
+/* The refusals decided before any CUDA call, each naming the argument and the value passed */
+Test(stage_lib_api, refuses_bad_arguments_and_names_them) {
+    const int64_t N = 64, D = 64, bytes = 2 * N * D * 2; /* B = 1, H = 2 */
+    char *base = (char *)FAKE(1);
+    void *q = base, *k = base + bytes, *v = base + 2 * bytes, *o = base + 3 * bytes;
+    float *lse = (float *)(base + 4 * bytes);
+    for (int i = 0; i < 3; i++) {
+        const library *L = &STAGE_LIBS[i];
+        forward_fn f = L->forward;
+        EXPECT_LIB_REFUSAL(L, f(q, k, NULL, o, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 1,
+                           "v: must be a device pointer, not NULL");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, NULL, 1, 2, N, D, 0, 0.125f, 0, 0), 1,
+                           "lse: must be a device pointer");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 0, N, D, 0, 0.125f, 0, 0), 1,
+                           "H: must be at least 1 (got 0)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, -5, D, 0, 0.125f, 0, 0), 1,
+                           "N: must be at least 1 (got -5)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, N, D, 7, 0.125f, 0, 0), 1,
+                           "causal: must be 0 or 1 (got 7)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, N, D, 0, NAN, 0, 0), 1,
+                           "scale: must be finite with |scale| <= 2.3e+38 (got nan)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, N, D, 0, 3e38f, 0, 0), 1, "scale: must be finite");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, N, D, 0, 0.125f, 9, 0), 1,
+                           "dtype: must be 0 (fp16) or 1 (bf16) (got 9)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, base + 3 * bytes + 8, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 1,
+                           "o: must be 16-byte aligned");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, (float *)((char *)lse + 2), 1, 2, N, D, 0, 0.125f, 0, 0), 1,
+                           "lse: must be 4-byte aligned");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, (int64_t)1 << 40, (int64_t)1 << 40, N, D, 0, 0.125f, 0, 0),
+                           1, "B*H*N*D: overflows 64 bits");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, q, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 1,
+                           "o and q: an output must not share memory");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, base + 2 * bytes + 16, lse, 1, 2, N, D, 1, 0.125f, 0, 0), 1,
+                           "o and v");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, (float *)((char *)o + bytes - 64), 1, 2, N, D, 0, 0.125f, 0, 0),
+                           1, "lse and o");
+        /* q == k == v share memory only with each other: past the argument checks */
+        f(q, q, q, o, lse, 1, 2, N, D, 0, 0.125f, 0, 0);
+        cr_assert(!strstr(L->last_error(), "must not share"), "%s: %s", L->name, L->last_error());
+    }
+}
+
+/* Past the argument checks, what the pointers are: without a usable GPU that question has no answer,
+ * which is a CUDA-status refusal (3), not "q is not device memory" (1, as before); with one, these made
+ * up addresses are no device memory. Neither branch skips. */
+Test(stage_lib_api, fake_pointers_are_refused_for_what_they_are) {
+    const int gpu = attn_gpu_available() == ATTN_OK;
+    for (int i = 0; i < 3; i++) {
+        const library *L = &STAGE_LIBS[i];
+        const int s =
+            L->forward(FAKE(1), FAKE(2), FAKE(3), FAKE(4), (float *)FAKE(5), 1, 2, 64, 64, 0, 0.f, 0, 0);
+        if (gpu)
+            EXPECT_LIB_REFUSAL(L, s, 1, "q: ");
+        else
+            EXPECT_LIB_REFUSAL(L, s, 3, "cannot ask the CUDA runtime about the pointers");
+    }
+}
+
+/* The Hopper stages run on sm_90 only */
+#define SKIP_WITHOUT_SM90()                                                                                  \
+    do {                                                                                                     \
+        SKIP_WITHOUT_GPU();                                                                                  \
+        int dev_ = 0, major_ = 0, minor_ = 0;                                                                \
+        cudaGetDevice(&dev_);                                                                                \
+        cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_);                            \
+        cudaDeviceGetAttribute(&minor_, cudaDevAttrComputeCapabilityMinor, dev_);                            \
+        if (major_ != 9 || minor_ != 0)                                                                      \
+            cr_skip_test("needs an sm_90 GPU (this one is sm_%d%d)", major_, minor_);                        \
+    } while (0)
+
+Test(stage_lib_api, refuses_host_memory) {
+    SKIP_WITHOUT_GPU();
+    const size_t bytes = 2 * 64 * 64 * 2;
+    void *k, *v, *o, *host = aligned_alloc(256, bytes);
+    float *lse;
+    cr_assert(host && !cudaMalloc(&k, bytes) && !cudaMalloc(&v, bytes) && !cudaMalloc(&o, bytes) &&
+              !cudaMalloc((void **)&lse, 2 * 64 * 4));
+    for (int i = 0; i < 3; i++) {
+        const library *L = &STAGE_LIBS[i];
+        EXPECT_LIB_REFUSAL(L, L->forward(host, k, v, o, lse, 1, 2, 64, 64, 0, 0.125f, 0, 0), 1,
+                           "q: host memory");
+        EXPECT_LIB_REFUSAL(L, L->forward(k, v, v, o, (float *)host, 1, 2, 64, 64, 0, 0.125f, 0, 0), 1,
+                           "lse: host memory");
+    }
+    cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), free(host);
+}
+
+/* Results against the double reference at odd N, causal and not, every supported head dim; the first
+ * call of each with an error planted in cudaGetLastError(), which must come back unreported and kept. */
+Test(stage_lib_api, results_are_right_and_an_earlier_error_is_kept) {
+    SKIP_WITHOUT_SM90();
+    static const int64_t dims[3] = {64, 128, 256};
+    for (int i = 0; i < 3; i++)
+        for (int d = 0; d < 3; d++)
+            for (int causal = 0; causal <= 1; causal++) {
+                error_probe probe = {cudaSuccess, cudaSuccess};
+                char why[256] = "";
+                const int first = d == 0 && causal == 0;
+                const int64_t N = 173 + 64 * d + causal;
+                cr_assert_eq(forward_and_check(&STAGE_LIBS[i], N, dims[d], causal,
+                                               70 + 6 * (uint64_t)i + 2 * d + causal, why, sizeof why,
+                                               first ? &probe : NULL),
+                             0, "%s D=%lld causal=%d: %s", STAGE_LIBS[i].name, (long long)dims[d], causal,
+                             why);
+                if (first)
+                    cr_assert_eq(probe.left, probe.planted,
+                                 "%s consumed the earlier error: %s left, %s planted", STAGE_LIBS[i].name,
+                                 cudaGetErrorName(probe.left), cudaGetErrorName(probe.planted));
+            }
+}
+
+/* scale = 0 is uniform attention in every library (fa2.h, stage_lib.h): each row of O is the mean of
+ * the V rows it sees (all N, or 0..i when causal) and its LSE is the log of their count. */
+static void check_uniform_attention(const library *lib, int64_t N, int64_t D, int causal) {
+    const size_t elems = (size_t)2 * 3 * N * D, bytes = elems * 2, rows = (size_t)2 * 3 * N;
+    uint16_t *hv = malloc(bytes), *ho = malloc(bytes);
+    float *hlse = malloc(rows * 4);
+    cr_assert(hv && ho && hlse);
+    uint64_t s = 12345 + (uint64_t)N;
+    for (size_t i = 0; i < elems; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        hv[i] = attn_f2h((float)((double)(s >> 40) / (double)(1u << 24) * 2.0 - 1.0));
+    }
+    void *q, *v, *o;
+    float *lse;
+    cr_assert(!cudaMalloc(&q, bytes) && !cudaMalloc(&v, bytes) && !cudaMalloc(&o, bytes) &&
+              !cudaMalloc((void **)&lse, rows * 4));
+    cr_assert(!cudaMemcpy(v, hv, bytes, cudaMemcpyHostToDevice) &&
+              !cudaMemcpy(q, hv, bytes, cudaMemcpyHostToDevice) && !cudaMemset(o, 0xff, bytes) &&
+              !cudaMemset(lse, 0xff, rows * 4));
+    const int rc = lib->forward(q, q, v, o, lse, 2, 3, N, D, causal, 0.f, 0, 0);
+    cr_assert_eq(rc, 0, "%s scale 0: %s", lib->name, lib->last_error());
+    cr_assert(!cudaDeviceSynchronize() && !cudaMemcpy(ho, o, bytes, cudaMemcpyDeviceToHost) &&
+              !cudaMemcpy(hlse, lse, rows * 4, cudaMemcpyDeviceToHost));
+    for (size_t r = 0; r < rows; r++) {
+        const size_t head = r / (size_t)N, i = r % (size_t)N, seen = causal ? i + 1 : (size_t)N;
+        const double want_lse = log((double)seen);
+        cr_assert(fabs(hlse[r] - want_lse) <= 1e-4 * (1 + want_lse),
+                  "%s N=%lld causal=%d row %zu: LSE %g, want %g", lib->name, (long long)N, causal, r,
+                  (double)hlse[r], want_lse);
+        for (int64_t c = 0; c < D; c++) {
+            double mean = 0;
+            for (size_t j = 0; j < seen; j++)
+                mean += attn_h2f(hv[(head * (size_t)N + j) * (size_t)D + (size_t)c]);
+            mean /= (double)seen;
+            const double got = attn_h2f(ho[r * (size_t)D + (size_t)c]);
+            cr_assert(fabs(got - mean) <= 2e-3 + 1e-3 * fabs(mean),
+                      "%s N=%lld causal=%d row %zu col %lld: %g, want %g", lib->name, (long long)N, causal, r,
+                      (long long)c, got, mean);
+        }
+    }
+    cudaFree(q), cudaFree(v), cudaFree(o), cudaFree(lse), free(hv), free(ho), free(hlse);
+}
+
+Test(stage_lib_api, scale_zero_is_uniform_attention) {
+    SKIP_WITHOUT_GPU();
+    for (int causal = 0; causal <= 1; causal++) check_uniform_attention(&FA2, 131, 64, causal);
+    SKIP_WITHOUT_SM90();
+    for (int i = 0; i < 3; i++)
+        for (int causal = 0; causal <= 1; causal++) check_uniform_attention(&STAGE_LIBS[i], 131, 64, causal);
+}
+
 #else
 Test(fa2_api, needs_the_cuda_build) { cr_skip_test("libfa2 is built only with CUDA (nvcc was not found)"); }
+Test(stage_lib_api, needs_the_cuda_build) {
+    cr_skip_test("the stage libraries are built only with CUDA (nvcc was not found)");
+}
 #endif

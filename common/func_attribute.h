@@ -1,0 +1,44 @@
+/*
+ * func_attribute.h: set a kernel attribute (the shared-memory opt-in, the carveout) without touching
+ * the caller's cudaGetLastError(). Used by stage 06's launch (fa2_launch.cuh) and the Hopper stages'
+ * (hopper_host.c), whose libraries promise to leave an earlier, unrelated error where it was.
+ *
+ * The runtime's cudaFuncSetAttribute clears an error left pending in cudaGetLastError() even when it
+ * succeeds (measured on the H200 with CUDA 13.0: a planted cudaErrorMemoryAllocation was gone after
+ * the call), and that error belongs to the caller. The driver's cuFuncSetAttribute sets the same
+ * attribute and knows nothing of the runtime's last error; it is reached through the runtime's
+ * entry-point lookup, so nothing links -lcuda. Where the lookup is missing (runtimes before 12.5) the
+ * runtime call is used.
+ */
+#ifndef ATTN_FUNC_ATTRIBUTE_H
+#define ATTN_FUNC_ATTRIBUTE_H
+
+#include <cuda.h> /* types and enums only: the driver is reached through the runtime */
+#include <cuda_runtime_api.h>
+
+static inline cudaError_t attn_func_set_attribute(const void *kernel, enum cudaFuncAttribute attr,
+                                                  CUfunction_attribute cu_attr, int value) {
+#if CUDART_VERSION >= 12050
+    typedef CUresult (*set_attribute_fn)(CUfunction, CUfunction_attribute, int);
+    static void *driver_set; /* looked up once; threads racing here store the same pointer */
+    void *fn = __atomic_load_n(&driver_set, __ATOMIC_ACQUIRE);
+    if (fn == NULL) {
+        enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuFuncSetAttribute", &fn, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess)
+            fn = NULL;
+        else
+            __atomic_store_n(&driver_set, fn, __ATOMIC_RELEASE);
+    }
+    CUfunction f = NULL;
+    if (fn != NULL && cudaGetFuncBySymbol(&f, kernel) == cudaSuccess)
+        return ((set_attribute_fn)fn)(f, cu_attr, value) == CUDA_SUCCESS ? cudaSuccess
+                                                                         : cudaErrorInvalidValue;
+#else
+    (void)cu_attr;
+#endif
+    return cudaFuncSetAttribute(kernel, attr, value);
+}
+
+#endif
