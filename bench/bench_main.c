@@ -8,8 +8,10 @@
  * this CSV (and the peers' CSV) and needs only sh and awk. A point a stage cannot run is a row with
  * the reason: OOM, cpu-skip, unsupported, unavailable, no-gpu; a wrong result is FAIL.
  *
- * Exit status: 0; 2 for a bad flag; 1 when the CSV cannot be written, or a stage FAILed or errored.
+ * Exit status: 0; 2 for a bad flag (a --csv that is not a file's path: a directory, a FIFO, a device);
+ * 1 when the CSV cannot be written (tried before the sweep too), or a stage FAILed or errored.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,10 +31,13 @@
 #define MIN_REP 3 /* timed runs per point: at least 3 for a median, at most 50 */
 #define MAX_REP 50
 #define MAX_WARMUP 20000 /* untimed runs: 100 ms of a 5 us kernel */
+#define DEFAULT_DIR "build/bench"
+#define DEFAULT_CSV DEFAULT_DIR "/bench_stages.csv"
 
 typedef struct {
     int quick, cpu_only, cold;
-    const char *csv, *commit;
+    const char *csv;
+    char commit[304]; /* clean_field()'s, at most 300 bytes */
     int64_t B, H, seqs[MAX_LIST], dims[MAX_LIST];
     int nseqs, ndims, causal_mode; /* causal_mode -1: both */
     double repeat_ms, warmup_ms, cpu_limit_s;
@@ -71,41 +76,90 @@ static void usage(FILE *f) {
         "                     seconds from its measured FLOP rate (default 1; 5 with --quick)\n"
         "  --cold             cold L2: write 4x the L2 size before every timed GPU run (default warm)\n"
         "  --cpu-only         run no GPU stage, as on a machine without one\n"
-        "  --csv PATH         CSV to write (default build/bench/bench_stages.csv)\n"
-        "  --commit STR       commit recorded in the CSV (make passes git rev-parse --short HEAD)\n"
+        "  --csv PATH         CSV to write (default build/bench/bench_stages.csv), tried before the\n"
+        "                     sweep; a directory, FIFO or device there is refused, never replaced\n"
+        "  --commit STR       commit recorded in the CSV (make passes git rev-parse --short HEAD);\n"
+        "                     ',' and '|' become ';', '\"' becomes \"'\", white space one space\n"
         "  --help\n");
 }
 
+/* s as a CSV field, by bench/peers.py's rule (clean()), so both write the same commit: ',' and '|'
+ * become ';', '"' becomes \'; runs of white space (newlines too) one space, none at the ends; at most
+ * 300 bytes; "unknown" if nothing is left. */
+static void clean_field(char *dst, size_t cap, const char *s) {
+    const size_t max = cap - 1 < 300 ? cap - 1 : 300;
+    size_t n = 0;
+    int space = 0; /* a space is written only before the next other character: none at the ends */
+    for (; *s; s++) {
+        const char ch = *s == ',' || *s == '|' ? ';' : *s == '"' ? '\'' : *s;
+        if (isspace((unsigned char)ch)) {
+            space = n > 0;
+            continue;
+        }
+        if (space && n < max) dst[n++] = ' ';
+        if (n < max) dst[n++] = ch;
+        space = 0;
+    }
+    dst[n] = '\0';
+    if (!n) snprintf(dst, cap, "unknown");
+}
+
+/* Digits only, after an optional '-' (which can only give the range error): strtoll alone takes " 12"
+ * and "+5" but not "12 ". */
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
+    const char *digits = *s == '-' ? s + 1 : s;
+    if (!*digits || strspn(digits, "0123456789") != strlen(digits)) return -1;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    long long v = strtoll(s, NULL, 10);
+    if (errno || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }
 
-static int parse_list(const char *s, int64_t lo, int64_t hi, int64_t *out, int *n) {
+/* The items of a comma-separated list, each one checked by item(); an empty item (",64", "64,,128")
+ * is refused, where strtok would skip it. -1: bad; -2: an item repeats (the message printed, naming
+ * it: a repeated shape or stage would give duplicate rows). */
+static int parse_items(const char *flag, const char *s, int max, int (*item)(const char *, void *, int),
+                       void *ctx, int *n) {
     char buf[512];
     if (strlen(s) >= sizeof buf) return -1;
     strcpy(buf, s);
     *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-        if (*n == MAX_LIST || parse_i64(tok, lo, hi, &out[(*n)++]) != 0) return -1;
-    return *n > 0 ? 0 : -1;
+    for (char *p = buf, *comma; p; p = comma ? comma + 1 : NULL) {
+        if ((comma = strchr(p, ','))) *comma = '\0';
+        if (!*p || *n == max) return -1;
+        const int r = item(p, ctx, (*n)++);
+        if (r == -2) fprintf(stderr, "attn-bench: %s lists %s twice (got '%s')\n", flag, p, s);
+        if (r) return r;
+    }
+    return 0;
 }
 
-static int parse_stages(const char *s, cfg_t *c) {
-    char buf[256];
-    if (strlen(s) >= sizeof buf) return -1;
-    strcpy(buf, s);
-    c->nstage_sel = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const attn_stage *st = attn_find_stage(tok);
-        if (!st || c->nstage_sel == MAX_STAGES) return -1;
-        c->stage_sel[c->nstage_sel++] = (int)(st - attn_stages);
-    }
-    return c->nstage_sel ? 0 : -1;
+typedef struct {
+    int64_t lo, hi, *out;
+} int_list;
+
+static int int_item(const char *tok, void *ctx, int k) {
+    const int_list *l = ctx;
+    if (parse_i64(tok, l->lo, l->hi, &l->out[k]) != 0) return -1;
+    for (int j = 0; j < k; j++)
+        if (l->out[j] == l->out[k]) return -2;
+    return 0;
+}
+
+static int stage_item(const char *tok, void *ctx, int k) {
+    int *sel = ctx;
+    const attn_stage *st = attn_find_stage(tok);
+    if (!st) return -1;
+    sel[k] = (int)(st - attn_stages);
+    for (int j = 0; j < k; j++)
+        if (sel[j] == sel[k]) return -2; /* also "01,naive_cpu": one stage by two names */
+    return 0;
+}
+
+static int parse_list(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, int *n) {
+    int_list l = {lo, hi, out};
+    return parse_items(flag, s, MAX_LIST, int_item, &l, n);
 }
 
 /* One flag with its value; -1 with the message printed when the value is bad: the message names what
@@ -124,23 +178,26 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     } else if (!strcmp(flag, "--batch")) hi = ATTN_MAX_B, bad = parse_i64(val, lo, hi, &c->B);
     else if (!strcmp(flag, "--heads")) hi = ATTN_MAX_H, bad = parse_i64(val, lo, hi, &c->H);
     else if (!strcmp(flag, "--seqs"))
-        hi = ATTN_MAX_N, list = 1, bad = parse_list(val, lo, hi, c->seqs, &c->nseqs);
+        hi = ATTN_MAX_N, list = 1, bad = parse_list(flag, val, lo, hi, c->seqs, &c->nseqs);
     else if (!strcmp(flag, "--dims"))
-        hi = ATTN_MAX_D, list = 1, bad = parse_list(val, lo, hi, c->dims, &c->ndims);
-    else if (!strcmp(flag, "--stages")) bad = parse_stages(val, c);
+        hi = ATTN_MAX_D, list = 1, bad = parse_list(flag, val, lo, hi, c->dims, &c->ndims);
+    else if (!strcmp(flag, "--stages"))
+        bad = parse_items(flag, val, MAX_STAGES, stage_item, c->stage_sel, &c->nstage_sel);
     else if (!strcmp(flag, "--check-rows"))
         lo = 0, hi = 1 << 20, bad = parse_i64(val, lo, hi, &c->check_rows);
     else if (!strcmp(flag, "--repeat-ms")) c->repeat_ms = d;
     else if (!strcmp(flag, "--warmup-ms")) c->warmup_ms = d;
     else if (!strcmp(flag, "--cpu-limit")) c->cpu_limit_s = d, c->cpu_limit_set = 1;
     else if (!strcmp(flag, "--csv")) c->csv = val;
-    else if (!strcmp(flag, "--commit")) c->commit = val[0] ? val : "unknown";
+    else if (!strcmp(flag, "--commit"))
+        clean_field(c->commit, sizeof c->commit, val);
     else if (!strcmp(flag, "--causal")) {
         if (!strcmp(val, "both")) c->causal_mode = -1;
         else if (!strcmp(val, "0") || !strcmp(val, "1")) c->causal_mode = val[0] - '0';
         else bad = 1;
     }
     if (!bad) return 0;
+    if (bad == -2) return -1; /* a repeated item: parse_items said so */
     char what[160];
     if (list)
         snprintf(what, sizeof what, "a comma-separated list of 1 to %d integers from %lld to %lld", MAX_LIST,
@@ -155,28 +212,55 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     return -1;
 }
 
+/* The flags, matched whole: the switches, then those that take a value (FLAG VALUE or FLAG=VALUE). */
+static const char *const switches[] = {"--quick", "--cold", "--cpu-only"};
+static const char *const value_flags[] = {"--batch",      "--heads",     "--seqs",      "--dims",
+                                          "--causal",     "--stages",    "--repeat-ms", "--warmup-ms",
+                                          "--check-rows", "--cpu-limit", "--csv",       "--commit"};
+#define NSWITCH (int)(sizeof switches / sizeof switches[0])
+#define NFLAGS (NSWITCH + (int)(sizeof value_flags / sizeof value_flags[0]))
+
+/* The index of flag name a (its first len bytes) in switches then value_flags; -1 if none. */
+static int flag_index(const char *a, size_t len) {
+    for (int f = 0; f < NFLAGS; f++) {
+        const char *name = f < NSWITCH ? switches[f] : value_flags[f - NSWITCH];
+        if (strlen(name) == len && !strncmp(a, name, len)) return f;
+    }
+    return -1;
+}
+
+static int print_usage_to_stdout(void) {
+    usage(stdout);
+    /* a --help that never reached stdout (a full disk, a closed pipe) is a failure, as in build/attn */
+    int e = fflush(stdout) != 0 ? errno : 0;
+    if (!e && !ferror(stdout)) return 0;
+    fprintf(stderr, "attn-bench: cannot write to standard output: %s\n", e ? strerror(e) : "write error");
+    return 1;
+}
+
 static int parse_args(int argc, char **argv, cfg_t *c) {
     memset(c, 0, sizeof *c);
     c->causal_mode = -1, c->repeat_ms = 300, c->warmup_ms = 0, c->cpu_limit_s = 1.0;
-    c->check_rows = 48, c->commit = "unknown";
-    c->csv = "build/bench/bench_stages.csv";
+    c->check_rows = 48;
+    snprintf(c->commit, sizeof c->commit, "unknown");
+    c->csv = DEFAULT_CSV;
+    int seen[NFLAGS] = {0};
     for (int i = 1; i < argc; i++) {
-        char flag[64];
         const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout), exit(0);
-        if (!strcmp(a, "--quick") || !strcmp(a, "--cold") || !strcmp(a, "--cpu-only")) {
-            *(a[2] == 'q' ? &c->quick : a[3] == 'o' ? &c->cold : &c->cpu_only) = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) exit(print_usage_to_stdout());
+        const size_t len = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a); /* --flag=value */
+        const int f = flag_index(a, len);
+        if (f < 0 || (f < NSWITCH && eq))
+            return fprintf(stderr, "attn-bench: unknown option '%s' (see --help)\n", a), -1;
+        const char *flag = f < NSWITCH ? switches[f] : value_flags[f - NSWITCH];
+        if (seen[f]++) return fprintf(stderr, "attn-bench: %s given twice\n", flag), -1;
+        if (f < NSWITCH) {
+            *(f == 0 ? &c->quick : f == 1 ? &c->cold : &c->cpu_only) = 1;
             continue;
         }
-        int len = strncmp(a, "--", 2) == 0 && eq ? (int)(eq - a) : (int)strlen(a); /* --flag=value */
-        snprintf(flag, sizeof flag, " %.*s ", len < 60 ? len : 60, a);
-        val = eq && a[len] == '=' ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!strstr(" --batch --heads --seqs --dims --causal --stages --repeat-ms --warmup-ms --check-rows "
-                    " --cpu-limit --csv --commit ", flag))
-            return fprintf(stderr, "attn-bench: unknown option '%s' (see --help)\n", a), -1;
-        flag[strlen(flag) - 1] = 0;
-        if (!val) return fprintf(stderr, "attn-bench: %s needs a value (see --help)\n", flag + 1), -1;
-        if (set_flag(c, flag + 1, val) != 0) return -1;
+        val = eq && len < strlen(a) ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!val) return fprintf(stderr, "attn-bench: %s needs a value (see --help)\n", flag), -1;
+        if (set_flag(c, flag, val) != 0) return -1;
     }
     return 0;
 }
@@ -475,19 +559,60 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
     }
 }
 
-/* PATH.XXXXXX from mkstemp: created exclusively (a planted file or symlink of that name is never
- * written through, and two runs never share one), given the mode a new file gets (0666 less the umask:
- * mkstemp makes it 0600), renamed over PATH only when complete. */
+/* 0 when PATH may be replaced: it does not exist, or is a file or a link (the rename replaces the link,
+ * never what it points to). A directory, FIFO, device or socket is refused, with the message: the
+ * rename would put the CSV in its place (as root, even instead of /dev/full). */
+static int csv_target_ok(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)) return 0;
+    const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
+                       : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                       : S_ISSOCK(sb.st_mode) ? "a socket"
+                                              : "a device";
+    fprintf(stderr, "attn-bench: --csv: '%s' is %s, not a file: it would be replaced (give a file's path)\n",
+            path, kind);
+    return -1;
+}
+
+/* PATH.XXXXXX from mkstemp: created exclusively, so a planted file or symlink of that name is never
+ * written through, and two runs never share one. The fd, or -1 with the message printed. */
+static int csv_temp(const char *path, char *tmp, size_t cap) {
+    int fd = -1;
+    if (snprintf(tmp, cap, "%s.XXXXXX", path) < (int)cap)
+        fd = mkstemp(tmp);
+    else
+        errno = ENAMETOOLONG;
+    if (fd < 0)
+        fprintf(stderr, "attn-bench: cannot create a temporary file beside %s: %s\n", path, strerror(errno));
+    return fd;
+}
+
+/* Before the sweep: the default folder is made (as peers.py makes its CSV's), PATH is checked and a
+ * temporary file created beside it and removed, so that a CSV that cannot be written is refused at
+ * once, not after the sweep. 0, or the exit status: 2 for a PATH that is not a file, 1 otherwise. */
+static int csv_try(const cfg_t *c) {
+    if (!strcmp(c->csv, DEFAULT_CSV)) mkdir("build", 0777), mkdir(DEFAULT_DIR, 0777); /* EEXIST is fine */
+    if (csv_target_ok(c->csv) != 0) return 2;
+    char tmp[4096];
+    int fd = csv_temp(c->csv, tmp, sizeof tmp);
+    if (fd < 0) return 1;
+    close(fd), remove(tmp);
+    return 0;
+}
+
+/* Written to a new temporary file (csv_temp), given the mode a new file gets (0666 less the umask:
+ * mkstemp makes it 0600), renamed over PATH only when complete, and only if PATH is still one that
+ * may be replaced. */
 static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
     const char *path = sw->c->csv;
     char tmp[4096];
-    int fd = -1;
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) < (int)sizeof tmp) fd = mkstemp(tmp);
-    else errno = ENAMETOOLONG;
+    int fd = csv_temp(path, tmp, sizeof tmp);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
-        fprintf(stderr, "attn-bench: cannot create a temporary file beside %s: %s\n", path, strerror(errno));
-        if (fd >= 0) close(fd), remove(tmp);
+        if (fd >= 0) {
+            fprintf(stderr, "attn-bench: writing %s failed: %s\n", path, strerror(errno));
+            close(fd), remove(tmp);
+        }
         return -1;
     }
     const mode_t mask = umask(0);
@@ -495,6 +620,10 @@ static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
     csv_rows(f, sw, gpu, date);
     int ok = fflush(f) == 0 && !ferror(f) && fchmod(fd, 0666 & ~mask) == 0;
     ok = fclose(f) == 0 && ok;
+    if (ok && csv_target_ok(path) != 0) { /* it became a FIFO or a directory during the sweep */
+        remove(tmp);
+        return -1;
+    }
     if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "attn-bench: writing %s failed: %s\n", path, strerror(errno));
         remove(tmp);
@@ -506,13 +635,15 @@ static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
 int main(int argc, char **argv) {
     cfg_t c;
     if (parse_args(argc, argv, &c) != 0) return 2;
+    int rc = csv_try(&c);
+    if (rc) return rc;
     const double t_start = now_s();
     sweep_t sw;
     memset(&sw, 0, sizeof sw);
     sw.c = &c;
     if (c.cpu_only) snprintf(sw.gpu_why, sizeof sw.gpu_why, "--cpu-only was given");
     else if (!attn_built_with_cuda())
-        snprintf(sw.gpu_why, sizeof sw.gpu_why, "this build has no CUDA (nvcc was not found when it was compiled)");
+        snprintf(sw.gpu_why, sizeof sw.gpu_why, "this build has no CUDA (" ATTN_NO_CUDA_WHY ")");
     else if (attn_gpu_available() != ATTN_OK) snprintf(sw.gpu_why, sizeof sw.gpu_why, "%s", attn_last_error());
     sw.gpu_ok = !sw.gpu_why[0];
     apply_defaults(&c, sw.gpu_ok);
@@ -530,13 +661,13 @@ int main(int argc, char **argv) {
             : c.causal_mode ? "1" : "0", c.nstage_sel, c.repeat_ms, MIN_REP, MAX_REP, c.warmup_ms,
             c.cold ? "cold" : "warm", (long long)c.check_rows);
     if (!sw.gpu_ok)
-        fprintf(stderr, "attn-bench: GPU stages skipped: %s. Running the CPU stage only, at CPU-sized "
+        fprintf(stderr, "attn-bench: GPU stages skipped: %s. Running the CPU stages only, at CPU-sized "
                 "shapes.\n", sw.gpu_why);
     run_sweep(&sw);
     if (sw.cpu_gflops > 0)
         fprintf(stderr, "attn-bench: CPU stage: %.2f GFLOP/s measured; points above %.1f s per run (~%.0f "
                 "GFLOP) are cpu-skip (--cpu-limit)\n", sw.cpu_gflops, c.cpu_limit_s, sw.cpu_gflops * c.cpu_limit_s);
-    int rc = write_csv(&sw, gpu, date) == 0 ? 0 : 1;
+    rc = write_csv(&sw, gpu, date) == 0 ? 0 : 1;
     const double secs = now_s() - t_start;
     fprintf(stderr, "attn-bench: %zu rows %s %s in %.1f s (%.1f min)%s\n", sw.nrows, rc ? "NOT written to" : "in",
             c.csv, secs, secs / 60, sw.failed ? "; some stages FAILED or errored: see their rows" : "");

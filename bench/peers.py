@@ -30,6 +30,7 @@ import datetime
 import math
 import os
 import random
+import stat
 import statistics
 import sys
 import tempfile
@@ -58,14 +59,84 @@ def clean(s):
     return " ".join(s.split())[:300]
 
 
-def int_list(s):
+# attn-bench's bounds (common/attn.h: ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D; its --help)
+MAX_B = MAX_H = 1 << 20
+MAX_N = 1 << 24
+MAX_D = 256
+MAX_LIST = 32
+MAX_CHECK_ROWS = 1 << 20
+OTHER_PEERS = ["triton_fa2", "flash_attn4"]
+
+
+def strict_int(s):
+    """An integer as attn-bench takes one: digits, and an optional '-' (" 12" and "+5" are refused)."""
+    t = s[1:] if s.startswith("-") else s
+    if not t or not all("0" <= ch <= "9" for ch in t):
+        raise ValueError(s)
+    return int(s)
+
+
+def int_in(lo, hi):
+    def parse(s):
+        try:
+            v = strict_int(s)
+        except ValueError:
+            v = None
+        if v is None or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError("must be an integer from %d to %d (got %r)" % (lo, hi, s))
+        return v
+    return parse
+
+
+def int_list(hi):
+    def parse(s):
+        what = "must be a comma-separated list of 1 to %d distinct integers from 1 to %d (got %r)" % (MAX_LIST, hi, s)
+        try:
+            v = [strict_int(x) for x in s.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(what)
+        if not v or len(v) > MAX_LIST or min(v) < 1 or max(v) > hi or len(set(v)) != len(v):
+            raise argparse.ArgumentTypeError(what)
+        return v
+    return parse
+
+
+def finite_ms(s):
     try:
-        v = [int(x) for x in s.split(",") if x.strip()]
+        v = float(s)
     except ValueError:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of integers: %r" % s)
-    if not v or min(v) < 1:
-        raise argparse.ArgumentTypeError("expected positive integers: %r" % s)
+        v = math.nan
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError("must be a finite number >= 0 (got %r)" % s)
     return v
+
+
+def known_peers():
+    """Every peer name this script knows, whether or not it can run here: the libraries' names come
+    from python/flashattn_stages.py (no PyTorch needed to ask it)."""
+    names = PEERS + OTHER_PEERS
+    try:
+        import flashattn_stages as fa
+        names += [os.path.basename(fa.library_path(st))[:-3] for st in fa.stages()]
+    except Exception as e:  # a broken python/: the libraries' names are then not checked here
+        log("peers: python/flashattn_stages.py does not import (%s); library peers unchecked" % e)
+        return None
+    return names
+
+
+def csv_target_problem(path):
+    """Why path may not be replaced by the CSV, or None: it may be when it does not exist, or is a file
+    or a link (os.replace replaces the link, never what it points to). A directory, FIFO or device
+    would be replaced by the file (as root, even /dev/full)."""
+    try:
+        m = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(m) or stat.S_ISLNK(m):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(m) else "a FIFO" if stat.S_ISFIFO(m)
+            else "a socket" if stat.S_ISSOCK(m) else "a device")
+    return "--csv: %r is %s, not a file: it would be replaced (give a file's path)" % (path, kind)
 
 
 def parse_args(argv):
@@ -74,21 +145,30 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true", help="B=1 H=4 N=128,512,1024 D=64")
     ap.add_argument("--csv", default="build/bench/bench_peers.csv", help="CSV to write")
     ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--heads", type=int)
-    ap.add_argument("--seqs", type=int_list)
-    ap.add_argument("--dims", type=int_list)
+    ap.add_argument("--batch", type=int_in(1, MAX_B))
+    ap.add_argument("--heads", type=int_in(1, MAX_H))
+    ap.add_argument("--seqs", type=int_list(MAX_N))
+    ap.add_argument("--dims", type=int_list(MAX_D))
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
-    ap.add_argument("--repeat-ms", type=float, default=300.0)
-    ap.add_argument("--warmup-ms", type=float, default=0.0,
+    ap.add_argument("--repeat-ms", type=finite_ms, default=300.0)
+    ap.add_argument("--warmup-ms", type=finite_ms, default=0.0,
                     help="untimed work before each point's timed runs (default 0: 1 or 2 runs), as attn-bench's")
     ap.add_argument("--cold", action="store_true", help="flush L2 (write 4x its size) before every timed run")
     ap.add_argument("--min-repeat", type=int, default=3)
     ap.add_argument("--max-repeat", type=int, default=50)
-    ap.add_argument("--check-rows", type=int, default=16)
+    ap.add_argument("--check-rows", type=int_in(0, MAX_CHECK_ROWS), default=16)
     ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,libfa2,...")
     a = ap.parse_args(argv)
-    a.peers = [p for p in a.peers.split(",") if p] if a.peers else None
+    if a.peers is not None:
+        a.peers = a.peers.split(",")
+        known = known_peers()
+        bad = [p for p in a.peers if not p or (known is not None and p not in known)]
+        if bad or len(set(a.peers)) != len(a.peers):
+            ap.error("--peers must be a comma-separated list of distinct names from %s (got %r)"
+                     % (",".join(known or PEERS + OTHER_PEERS), ",".join(a.peers)))
+    problem = csv_target_problem(a.csv)
+    if problem:
+        ap.error(problem)
     if a.quick:
         defaults = dict(batch=1, heads=4, seqs=[128, 512, 1024], dims=[64])
     else:
@@ -98,8 +178,6 @@ def parse_args(argv):
             setattr(a, k, v)
     if a.batch < 1 or a.heads < 1 or a.min_repeat < 1 or a.max_repeat < a.min_repeat:
         ap.error("bad --batch, --heads or repeat bounds")
-    if not (0 <= a.warmup_ms < math.inf):
-        ap.error("--warmup-ms must be a finite number >= 0 (got %r)" % a.warmup_ms)
     return a
 
 
@@ -310,6 +388,9 @@ def write_csv(path, lines):
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
+    problem = csv_target_problem(path)
+    if problem:
+        raise ValueError(problem)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=d or ".")
     try:
         mask = os.umask(0)
@@ -317,6 +398,9 @@ def write_csv(path, lines):
         os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "w") as f:
             f.write("".join(line + "\n" for line in lines))
+        problem = csv_target_problem(path)  # it may have become a FIFO or a directory since
+        if problem:
+            raise ValueError(problem)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -22,6 +22,7 @@ BEGIN {
 
 FNR == 1 {
     split("", at)
+    hnf = NF
     for (i = 1; i <= NF; i++) at[$i] = i
     if (!("stage" in at) || !("N" in at) || !("D" in at) || !("status" in at)) {
         printf "report: %s has no stage, N, D or status column; skipped\n", FILENAME > "/dev/stderr"
@@ -34,18 +35,30 @@ FILENAME == skipfile || /^[ \t]*$/ || /^#/ { next }
     nr++
     for (k = 1; k <= NCOL; k++) R[nr, COL[k]] = (COL[k] in at) ? $(at[COL[k]]) : ""
     if (R[nr, "dtype"] == "") R[nr, "dtype"] = "fp16"
-    if (R[nr, "causal"] == "True" || R[nr, "causal"] == "true") R[nr, "causal"] = 1
-    R[nr, "causal"] += 0
-    if (R[nr, "stage"] == "" || R[nr, "N"] <= 0 || R[nr, "D"] <= 0 || R[nr, "B"] <= 0 || R[nr, "H"] <= 0) {
+    if (!wellformed(nr)) {
         printf "report: %s:%d: skipped a malformed row\n", FILENAME, FNR > "/dev/stderr"
         nr--
         next
     }
+    if (R[nr, "causal"] == "True" || R[nr, "causal"] == "true") R[nr, "causal"] = 1
+    R[nr, "causal"] += 0
     if (R[nr, "tflops"] == "" && R[nr, "ms"] > 0)
         R[nr, "tflops"] = 4 * R[nr, "B"] * R[nr, "H"] * R[nr, "N"] * R[nr, "N"] * R[nr, "D"] \
                           / (R[nr, "causal"] ? 2 : 1) / (R[nr, "ms"] * 1e9)
 }
 
+# A row as the writers write it: as many fields as its header (a quoted field holding a comma would
+# shift every column after it; the writers never quote, so a '"' anywhere is refused), a stage, B, H,
+# N, D positive integers, causal 0/1 (or Python's True/False), and every other number a number or
+# empty. Anything else would be tabulated as 0 and merged as it is.
+function wellformed(i,   k, c) {
+    if (NF != hnf || index($0, "\"") || R[i, "stage"] == "") return 0
+    for (k = split("B H N D", c, " "); k >= 1; k--) if (R[i, c[k]] !~ /^[0-9]+$/ || R[i, c[k]] + 0 <= 0) return 0
+    if (R[i, "causal"] != "" && R[i, "causal"] !~ /^(0|1|True|False|true|false)$/) return 0
+    for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats", c, " "); k >= 1; k--)
+        if (R[i, c[k]] != "" && R[i, c[k]] !~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) return 0
+    return 1
+}
 function ok(i) { return R[i, "status"] == "ok" && R[i, "ms"] > 0 }
 function point(i) { return R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "N"] SUBSEP R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "dtype"] }
 function panel(i) { return R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "dtype"] }
@@ -307,24 +320,30 @@ function compact(   k, j, n, N, s, i, spec, cnt, sp) {
     tprint()
 }
 
+# A CSV field as text for a gnuplot string: only letters, digits and ' ._:+/()=,-' are kept, the rest
+# become '_'. A backquote runs a shell command even inside a gnuplot string, and a quote would end the
+# string and let the rest run as gnuplot commands (system() among them): report.sh puts these fields
+# into the script, so a planted CSV must not be able to reach either.
+function gp(s) { gsub(/[^A-Za-z0-9 ._:+\/()=,-]/, "_", s); return s }
+
 # Files for gnuplot in dir: panels ("k D causal B H"), series ("s kind label", in order), one
 # d_k_s.dat per panel and series ("N ms TFLOP/s vs02 vstorch GiB", NaN where absent), have ("k s
 # column" for every column with a value), oom ("k s N": the points marked OOM), meta.
 function plotdata(   k, s, i, j, n, f, v, c, sp, mem) {
     for (k = 1; k <= np; k++) {
         i = prow[k]
-        print k, R[i, "D"], R[i, "causal"], R[i, "B"], R[i, "H"] > (dir "/panels")
+        print k, gp(R[i, "D"]), R[i, "causal"], gp(R[i, "B"]), gp(R[i, "H"]) > (dir "/panels")
     }
     for (s = 1; s <= ns; s++) {
         for (j = 1; j <= nr && R[j, "stage"] != ser[s]; j++) ;
-        print s, numeric(ser[s]) ? "stage" : "peer", label(j) > (dir "/series")
+        print s, numeric(ser[s]) ? "stage" : "peer", gp(label(j)) > (dir "/series")
     }
     for (k = 1; k <= np; k++) for (j = 1; j <= pn[order[k]]; j++) for (s = 1; s <= ns; s++) {
         n = pN[order[k], j]
         if (!(i = row_at(k, n, ser[s]))) continue
         if (R[i, "status"] == "OOM") print k, s, n > (dir "/oom")
         if (!ok(i)) continue
-        if (!meta++) print R[i, "gpu"] "\t" R[i, "date"] "\t" R[i, "commit"] > (dir "/meta")
+        if (!meta++) print gp(R[i, "gpu"]) "\t" gp(R[i, "date"]) "\t" gp(R[i, "commit"]) > (dir "/meta")
         mem = R[i, "extra_bytes"] == "" ? "NaN" : R[i, "extra_bytes"] / 1073741824
         v[2] = R[i, "ms"]; v[3] = R[i, "tflops"]; v[6] = mem
         sp = speedup(i, base02); v[4] = sp > 0 ? sp : "NaN"

@@ -42,7 +42,10 @@ plots() {
             echo "plots: nothing to draw for $name.png (no such values in $csv), skipped"; continue
         fi
         gp_script "$name" "$col" "$ylabel" "$logy" "$title" > "$tmp/$name.gp"
-        if gnuplot "$tmp/$name.gp" 2> "$tmp/err"; then echo "plots: $out/$name.png"
+        # gnuplot runs in $tmp and the script names its files relative to it: no path, which could hold
+        # a quote or a backquote, is ever written into the script (report.awk cleans the CSV's fields)
+        if (cd "$tmp" && gnuplot "$name.gp") 2> "$tmp/err" && mv -f "$tmp/$name.png" "$out/$name.png"; then
+            echo "plots: $out/$name.png"
         else echo "plots: gnuplot failed on $name:" >&2; cat "$tmp/err" >&2; status=1; fi
     done <<EOF
 latency|2|median time (ms)|1|Latency (median over repeats)
@@ -59,7 +62,7 @@ EOF
 gp_script() {
     name=$1 col=$2 ylabel=$3 logy=$4 title=$5
     echo "set terminal pngcairo noenhanced size 1400,820 font 'Sans,9' linewidth 1.2"
-    echo "set output '$out/$name.png'"
+    echo "set output '$name.png'"
     i=0
     for c in 7f7f7f d62728 ff7f0e bcbd22 2ca02c 1f77b4 9467bd 17becf 8c564b e377c2 000000 aec7e8; do
         i=$((i + 1)); echo "set linetype $i lc rgb '#$c' pt $(( i % 2 ? 7 : 5 ))"
@@ -78,7 +81,7 @@ gp_script() {
         while read -r s kind label; do
             if grep -qx "$k $s $col" "$tmp/have"; then
                 dt=1; [ "$kind" = peer ] && dt=2
-                plot="$plot${plot:+, }'$tmp/d_${k}_$s.dat' using 1:$col with linespoints lt $s dt $dt lw 1.5 ps 0.8 title '$label'"
+                plot="$plot${plot:+, }'d_${k}_$s.dat' using 1:$col with linespoints lt $s dt $dt lw 1.5 ps 0.8 title '$label'"
             fi
             for N in $(awk -v k="$k" -v s="$s" '$1 == k && $2 == s { print $3 }' "$tmp/oom"); do
                 m=$((m + 1))
@@ -148,6 +151,12 @@ cmd=${1:-}
 [ $# -ge 2 ] || { sed -n '5,14p' "$0" >&2; exit 2; }
 case $cmd in
 merge) out=$2; shift 2; [ $# -ge 1 ] || { echo "report: nothing to merge into $out" >&2; exit 1; }
+    # OUT is replaced by a rename: a directory would take the file inside it, and a FIFO or a device
+    # would be replaced by it (a link is replaced, never written through)
+    if [ -d "$out" ]; then echo "report: merge: '$out' is a directory, not a file" >&2; exit 2
+    elif [ ! -L "$out" ] && [ -e "$out" ] && [ ! -f "$out" ]; then
+        echo "report: merge: '$out' is not a regular file (a FIFO, a device...): it would be replaced" >&2; exit 2
+    fi
     # A new temporary file beside OUT (mktemp: exclusive, so nothing planted there is written through),
     # the mode a new file gets, then one rename.
     tmp=$(mktemp "$out.XXXXXX") || exit 1

@@ -46,7 +46,8 @@ static void usage(FILE *f) {
             "  --gpus G          GPUs of this host that a multi-GPU stage (10) splits the problem\n"
             "                    over, 1..%d and at most the GPUs present (default: all of them);\n"
             "                    single-GPU stages take 1 only\n"
-            "  --seed N          seed of the random inputs, 0..2^63-1 (default 1)\n"
+            "  --seed N          seed of the random inputs, 0..2^63-1 (default 1), and of the rows\n"
+            "                    --check samples (with --load, --seed needs --check)\n"
             "  --init KIND       random inputs: normal, large (scores in the thousands), first-max\n"
             "                    (each row's max on key 0), rising (max grows every key tile)\n"
             "  --repeat R        timed runs, 1..100000 (default 10 on the GPU, 1 on the CPU)\n"
@@ -59,11 +60,15 @@ static void usage(FILE *f) {
             "  --load DIR        read DIR/q.npy, DIR/k.npy, DIR/v.npy (float16 or float32,\n"
             "                    [B, H, N, D], C order, finite); the shape comes from the files, so\n"
             "                    --batch, --heads, --seq, --dim and --init are refused with it; float32\n"
-            "                    values are rounded to --dtype (a note on stderr says so)\n"
+            "                    values, and float16 ones with --dtype bf16, are rounded to --dtype (a\n"
+            "                    note on stderr says so)\n"
             "  --save DIR        write DIR/o.npy (float16 [B, H, N, D]; with --dtype fp16 only) and\n"
             "                    DIR/lse.npy (float32 [B, H, N]) when the stage writes LSE: both whole\n"
-            "                    and together, or neither (unique temporary files created in DIR before\n"
-            "                    the run, renamed after it); a stage without LSE removes an old lse.npy\n"
+            "                    and together, or neither (DIR is tried with a temporary file before\n"
+            "                    the run; the results go to unique temporary files after it, renamed\n"
+            "                    together, and a failed rename puts the old files back); an o.npy or\n"
+            "                    lse.npy there that is not a file (a directory, a FIFO) is refused at\n"
+            "                    once; a stage without LSE removes an old lse.npy\n"
             "  --list            the stages: id, folder, where it runs, head dims, dtypes, LSE, idea\n"
             "  --list-ids [W]    the stage ids, one per line (W: gpu, cpu or all; default all)\n"
             "  --list-dims ID    the test head dims the stage supports, one per line\n"
@@ -91,12 +96,15 @@ static int bad(const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-/* Whole-string integer in [lo, hi]; 0 on success. */
+/* Whole-string integer in [lo, hi]; 0 on success. Digits only, after an optional '-' (which can only
+ * give the range error): strtoll alone takes " 12" and "+5" but not "12 ". */
 static int parse_i64(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end = NULL;
     errno = 0;
+    const char *digits = s && *s == '-' ? s + 1 : s;
     long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    if (!s || !*digits || strspn(digits, "0123456789") != strlen(digits) || errno == ERANGE || v < lo ||
+        v > hi) {
         fprintf(stderr, "attn: %s must be an integer from %lld to %lld (got '%s')\n", flag, lo, hi,
                 s ? s : "");
         return -1;
@@ -172,15 +180,31 @@ typedef struct {
     attn_dtype dtype;
     attn_init init;
     const char *shape_flag, *init_flag; /* the first of --batch/--heads/--seq/--dim, and --init, if given */
-    int check_rows_given;
+    int check_rows_given, seed_given;
     long long gpus; /* --gpus: 0 = the stage's default */
 } cli;
 
+/* 1 (with the message printed) when flag a was given before: the later value would silently replace
+ * the earlier one. seen holds a bit per flag of the list. */
+static int given_twice(const char *a, unsigned *seen) {
+    static const char *const once[] = {"--stage",  "--batch", "--heads",      "--seq",  "--dim",  "--causal",
+                                       "--scale",  "--dtype", "--gpus",       "--seed", "--init", "--repeat",
+                                       "--warmup", "--check", "--check-rows", "--load", "--save"};
+    for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
+        if (strcmp(a, once[f])) continue;
+        if (*seen & (1u << f)) return bad("%s given twice", a), 1;
+        *seen |= 1u << f;
+    }
+    return 0;
+}
+
 /* Parses argv into *c. Returns -1 to go on, or the exit status (0 after --help and the lists). */
 static int parse_args(int argc, char **argv, cli *c) {
+    unsigned seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (given_twice(a, &seen)) return EXIT_USAGE;
 #define NEED_VALUE()                                                                                \
     do {                                                                                            \
         if (!val) return bad("%s needs a value", a);                                                \
@@ -219,6 +243,7 @@ static int parse_args(int argc, char **argv, cli *c) {
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE();
             if (parse_i64("--seed", val, 0, LLONG_MAX, &c->seed)) return EXIT_USAGE;
+            c->seed_given = 1;
         } else if (!strcmp(a, "--repeat")) {
             NEED_VALUE();
             if (parse_i64("--repeat", val, 1, 100000, &c->repeat)) return EXIT_USAGE;
@@ -274,39 +299,80 @@ static int parse_args(int argc, char **argv, cli *c) {
     if (c->load_dir && c->shape_flag)
         return bad("%s cannot be used with --load: the shape comes from the files ([B, H, N, D])", c->shape_flag);
     if (c->load_dir && c->init_flag) return bad("--init cannot be used with --load: the inputs come from the files");
+    if (c->load_dir && c->seed_given && !c->check) /* with --check it still picks the rows checked */
+        return bad("--seed cannot be used with --load without --check: the inputs come from the files");
     if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
     if (!c->stage_key) return bad("--stage is required (one of the ids in --list)");
     return -1;
 }
 
-/* --save: the directory is opened and the output files are created in it (as unique temporaries)
- * before anything is computed, so a directory that cannot take them is refused at once, not after
- * the run. Returns -1 to go on, or the exit status. */
-static int save_begin(const cli *c, const attn_stage *s, int *dirfd, npy_out *outs, int *nouts) {
+static const char *const save_names[2] = {"o.npy", "lse.npy"};
+
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m)                 ? "a directory"
+           : S_ISFIFO(m)              ? "a FIFO"
+           : S_ISSOCK(m)              ? "a socket"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+                                      : "not a regular file";
+}
+
+/* --save: before anything is computed, the directory is opened, an o.npy or lse.npy in it that is not
+ * a file (or a link, which the rename replaces) is refused, and a temporary file is created there and
+ * removed at once: a directory that cannot take the results is refused now, not after the run. The
+ * results' own temporary files are created only when they are written (save_commit), so a run
+ * interrupted before that leaves nothing in DIR. Returns -1 to go on, or the exit status. */
+static int save_begin(const cli *c, int *dirfd) {
     if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
     *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
-    static const char *names[2] = {"o.npy", "lse.npy"};
-    for (*nouts = 0; *nouts < (s->writes_lse ? 2 : 1); (*nouts)++)
-        if (npy_out_create(&outs[*nouts], *dirfd, c->save_dir, names[*nouts]) != ATTN_OK)
-            return bad("--save: '%s' is not a writable directory: %s", c->save_dir, attn_last_error());
+    for (int i = 0; i < 2; i++) { /* lse.npy too: a stage without LSE removes it */
+        struct stat sb;
+        if (fstatat(*dirfd, save_names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
+            !S_ISLNK(sb.st_mode))
+            return bad(
+                "--save: '%s/%s' is %s, not a file: it would be replaced (remove it or save elsewhere)",
+                c->save_dir, save_names[i], file_kind(sb.st_mode));
+    }
+    npy_out probe;
+    attn_status st = npy_out_create(&probe, *dirfd, c->save_dir, save_names[0]);
+    npy_out_discard(&probe);
+    if (st != ATTN_OK)
+        return bad("--save: '%s' is not a writable directory: %s", c->save_dir, attn_last_error());
     return -1;
 }
 
 /* Writes o.npy (and lse.npy) and commits them together; a stage without LSE removes an lse.npy that
  * an earlier run left, so that no lse.npy ever sits beside an o.npy it does not belong to. */
-static int save_commit(const attn_stage *s, const attn_problem *p, npy_out *outs, int nouts, const uint16_t *o,
+static int save_commit(const cli *c, const attn_stage *s, const attn_problem *p, int dirfd, const uint16_t *o,
                        const float *lse) {
     const int64_t shape[4] = {p->B, p->H, p->N, p->D};
     static const char *const stale[1] = {"lse.npy"};
-    attn_status st = npy_out_write(&outs[0], NPY_F16, 4, shape, o);
+    const int nouts = s->writes_lse ? 2 : 1;
+    npy_out outs[2];
+    int made = 0;
+    attn_status st = ATTN_OK;
+    for (; made < nouts && st == ATTN_OK; made++)
+        st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[made]);
+    if (st == ATTN_OK) st = npy_out_write(&outs[0], NPY_F16, 4, shape, o);
     if (st == ATTN_OK && nouts > 1) st = npy_out_write(&outs[1], NPY_F32, 3, shape, lse);
     if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, s->writes_lse ? 0 : 1);
+    for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
     if (st != ATTN_OK) {
         fprintf(stderr, "attn: --save: %s (nothing was saved)\n", attn_last_error());
         return EXIT_FAIL;
     }
     return 0;
+}
+
+/* The note for inputs rounded to t on loading: bit 0, 1, 2 of mask for q.npy, k.npy, v.npy. */
+static void note_rounded(unsigned mask, const char *held, attn_dtype t) {
+    static const char *const names[3] = {"q.npy", "k.npy", "v.npy"};
+    char list[32] = "";
+    size_t n = 0;
+    for (int i = 0; i < 3; i++)
+        if (mask >> i & 1) n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", names[i]);
+    fprintf(stderr, "attn: note: %s held %s values, rounded to %s (the type the stages read)\n", list, held,
+            attn_dtype_name(t));
 }
 
 /* Loads or makes the inputs and checks the scale against them. Returns -1 to go on, or the exit
@@ -320,11 +386,9 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
             return st == ATTN_ENOMEM ? EXIT_FAIL : EXIT_USAGE;
         }
         *p = in->p;
-        if (in->from_f32)
-            fprintf(stderr, "attn: note: %s%s%s%s%s held float32 values, rounded to %s (the type the stages read)\n",
-                    in->from_f32 & 1 ? "q.npy" : "", (in->from_f32 & 1) && (in->from_f32 & 6) ? ", " : "",
-                    in->from_f32 & 2 ? "k.npy" : "", (in->from_f32 & 2) && (in->from_f32 & 4) ? ", " : "",
-                    in->from_f32 & 4 ? "v.npy" : "", attn_dtype_name(p->dtype));
+        if (in->from_f32) note_rounded(in->from_f32, "float32", p->dtype);
+        /* the files hold float16 or float32: the others were float16, which bf16 rounds too */
+        if (p->dtype != ATTN_F16 && (~in->from_f32 & 7)) note_rounded(~in->from_f32 & 7, "float16", p->dtype);
     }
     if ((st = attn_problem_validate(p)) != ATTN_OK || (st = attn_stage_supports(s, p)) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", attn_last_error());
@@ -351,13 +415,12 @@ static int run(const cli *c) {
     if (!s) return bad("--stage: unknown stage '%s' (see --list for 01..%s)", c->stage_key,
                        attn_stages[attn_num_stages - 1].id);
     if (attn_stage_gpus_ok(s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
-    int dirfd = -1, nouts = 0, rc = -1;
-    npy_out outs[2];
+    int dirfd = -1, rc = -1;
     uint16_t *o = NULL;
     float *lse = NULL;
     attn_inputs in;
     memset(&in, 0, sizeof in);
-    if (c->save_dir) rc = save_begin(c, s, &dirfd, outs, &nouts);
+    if (c->save_dir) rc = save_begin(c, &dirfd);
 
     attn_problem p = attn_problem_make(c->B, c->H, c->N, c->D, c->causal);
     p.dtype = c->dtype;
@@ -389,11 +452,10 @@ static int run(const cli *c) {
             rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
         } else {
             print_result(s, &p, &r);
-            if (c->save_dir) rc = save_commit(s, &p, outs, nouts, o, lse);
+            if (c->save_dir) rc = save_commit(c, s, &p, dirfd, o, lse);
             if (r.checked && print_check(s, &r) != 0) rc = EXIT_FAIL;
         }
     }
-    for (int i = 0; i < nouts; i++) npy_out_discard(&outs[i]);
     if (dirfd >= 0) close(dirfd);
     free(o), free(lse);
     attn_inputs_free(&in);
@@ -419,7 +481,7 @@ static int guard_std_fds(void) {
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
     cli c = {NULL, NULL, NULL, 2, 8, 1024, 64, 1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0, 0};
+             NULL, NULL, 0,    0, 0};
     int rc;
     if (argc == 1) {
         usage(stderr);

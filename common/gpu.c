@@ -12,7 +12,7 @@
 #ifndef ATTN_HAVE_CUDA
 
 attn_status attn_gpu_available(void) {
-    return attn_fail(ATTN_ENODEV, "this build has no CUDA (nvcc was not found when it was built)");
+    return attn_fail(ATTN_ENODEV, "this build has no CUDA (" ATTN_NO_CUDA_WHY ")");
 }
 int attn_gpu_count(void) { return 0; }
 const char *attn_gpu_name(void) { return "none"; }
@@ -27,14 +27,14 @@ attn_status attn_gpu_hold_inputs(const attn_inputs *in) {
 void attn_gpu_release_inputs(void) {}
 attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                          attn_result *res, uint16_t *o_first, float *lse_first) {
-    return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU, but this build has no CUDA "
-                     "(nvcc was not found when it was built)", s->id);
+    return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU, but this build has no CUDA (" ATTN_NO_CUDA_WHY ")",
+                     s->id);
 }
 
 attn_status attn_stage_available(const attn_stage *s) {
     if (!s->on_gpu && s->run) return ATTN_OK;
-    return attn_fail(ATTN_ENODEV, "stage %s was not built: it runs on the GPU (%s), and nvcc was not "
-                     "found when this was built", s->id, s->arch_text);
+    return attn_fail(ATTN_ENODEV, "stage %s was not built: it runs on the GPU (%s), and " ATTN_NO_CUDA_WHY, s->id,
+                     s->arch_text);
 }
 
 #else
@@ -91,7 +91,7 @@ attn_status attn_stage_available(const attn_stage *s) {
                          "this was built (set NCCL_HOME to a folder with include/nccl.h and "
                          "lib/libnccl.so; `make info` says where it looked)", s->id);
     if (!s->run)
-        return attn_fail(ATTN_ENODEV, "stage %s was not built: nvcc was not found when this was built", s->id);
+        return attn_fail(ATTN_ENODEV, "stage %s was not built: " ATTN_NO_CUDA_WHY, s->id);
     if (!s->on_gpu) return ATTN_OK;
     if (attn_gpu_available() != ATTN_OK) {
         char why[512]; /* attn_fail writes the buffer attn_last_error() points to: copy it first */

@@ -613,16 +613,89 @@ void npy_out_discard(npy_out *o) {
     o->state = 0;
 }
 
-/* Undoes the renames of outs[0 .. done): the new files are removed rather than left beside files of
- * another run. */
-static void unrename(npy_out *outs, int done) {
-    for (int i = 0; i < done; i++) unlinkat(outs[i].dirfd, outs[i].name, 0);
+/* At most this many names in one commit (outputs and stale names together). */
+#define NPY_COMMIT_MAX 8
+
+/* A hard link to what is now at NAME, under a temporary name, so that a commit that fails can put it
+ * back. 1: linked (b->tmp is its name); 0: nothing is at NAME; -1: it cannot be linked (a directory,
+ * or a file system without hard links), and the commit goes on without a backup of it. */
+static int backup(npy_out *b, int dirfd, const char *dir, const char *name) {
+    memset(b, 0, sizeof *b);
+    b->fd = -1, b->dirfd = dirfd, b->dir = dir;
+    snprintf(b->name, sizeof b->name, "%s", name);
+    for (unsigned attempt = 0; attempt < 100; attempt++) {
+        tmp_name(b, attempt);
+        if (linkat(dirfd, name, dirfd, b->tmp, 0) == 0) return 1; /* the link itself, not its target */
+        if (errno != EEXIST) break;
+    }
+    b->tmp[0] = '\0';
+    return errno == ENOENT ? 0 : -1;
+}
+
+/* Undoes the first `ntouched` changes of a commit (names[i] removed or replaced): each old file comes
+ * back from its backup, and a name that held nothing is removed again, so no new file stays beside
+ * an old partner. had[i] is backup()'s answer. Returns 1 when the directory is as it was. */
+static int roll_back(int dirfd, const char *const *names, npy_out *bak, const int *had, int ntouched) {
+    int all = 1;
+    for (int i = 0; i < ntouched; i++) {
+        if (had[i] == 1 && renameat(dirfd, bak[i].tmp, dirfd, names[i]) == 0) {
+            bak[i].tmp[0] = '\0';
+            continue;
+        }
+        unlinkat(dirfd, names[i], 0);
+        all &= had[i] == 0;
+    }
+    return all;
+}
+
+/* Under an flock of the directory: each name to change (stale names first, then the outputs) gets a
+ * backup link of what it holds now; then the stale names are removed and the outputs renamed onto
+ * their names. If one step fails, the steps before it are undone from the backups, so the directory
+ * holds its old files again rather than a new file beside an old partner, or nothing; the backups go. */
+static attn_status commit_locked(npy_out *outs, int n, const char *const *stale, int nstale) {
+    char shown[8192];
+    const int dirfd = outs[0].dirfd, total = nstale + n;
+    const char *names[NPY_COMMIT_MAX];
+    npy_out bak[NPY_COMMIT_MAX];
+    int had[NPY_COMMIT_MAX];
+    for (int i = 0; i < total; i++) {
+        names[i] = i < nstale ? stale[i] : outs[i - nstale].name;
+        had[i] = backup(&bak[i], dirfd, outs[0].dir, names[i]);
+    }
+    attn_status st = ATTN_OK;
+    int done = 0;
+    for (; done < total; done++) {
+        npy_out *o = done < nstale ? NULL : &outs[done - nstale];
+        int ok = o ? renameat(dirfd, o->tmp, dirfd, o->name) == 0
+                   : unlinkat(dirfd, names[done], 0) == 0 || errno == ENOENT;
+        if (!ok) {
+            const int e = errno;
+            npy_out shownat = outs[0];
+            snprintf(shownat.name, sizeof shownat.name, "%s", names[done]);
+            const int all = roll_back(dirfd, names, bak, had, done);
+            st = npy_fail(out_shown(&shownat, shown, sizeof shown), "%s: %s%s",
+                          o ? "cannot rename the temporary file onto it"
+                            : "cannot remove it (left from an earlier run)",
+                          strerror(e),
+                          !done ? ""
+                          : all ? " (the files changed before it were put back as they were)"
+                                : " (the new files written before it were removed, not left unpaired)");
+            break;
+        }
+        if (o) o->tmp[0] = '\0', o->state = 0;
+    }
+    for (int i = 0; i < total; i++)
+        if (bak[i].tmp[0]) unlinkat(dirfd, bak[i].tmp, 0);
+    return st;
 }
 
 attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int nstale) {
     char shown[8192];
     attn_status st = ATTN_OK;
     if (n < 1) return npy_fail("npy_out_commit", "no outputs given");
+    if (nstale < 0 || n + nstale > NPY_COMMIT_MAX)
+        return npy_fail("npy_out_commit", "at most %d names in one commit (got %d outputs, %d stale)",
+                        NPY_COMMIT_MAX, n, nstale);
     for (int i = 0; i < n && st == ATTN_OK; i++)
         if (outs[i].state != 2 || outs[i].dirfd != outs[0].dirfd)
             st = npy_fail(out_shown(&outs[i], shown, sizeof shown),
@@ -632,25 +705,7 @@ attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int n
      * go ahead unlocked, as before. */
     const int dirfd = outs[0].dirfd;
     const int locked = st == ATTN_OK && flock(dirfd, LOCK_EX) == 0;
-    for (int i = 0; i < nstale && st == ATTN_OK; i++)
-        if (unlinkat(dirfd, stale[i], 0) != 0 && errno != ENOENT) {
-            npy_out tmp = outs[0];
-            snprintf(tmp.name, sizeof tmp.name, "%s", stale[i]);
-            st = npy_fail(out_shown(&tmp, shown, sizeof shown), "cannot remove it (left from an earlier run): %s",
-                          strerror(errno));
-        }
-    int done = 0;
-    for (; done < n && st == ATTN_OK; done++) {
-        if (renameat(dirfd, outs[done].tmp, dirfd, outs[done].name) != 0) {
-            int e = errno;
-            unrename(outs, done);
-            st = npy_fail(out_shown(&outs[done], shown, sizeof shown), "cannot rename the temporary file onto it: %s%s",
-                          strerror(e), done ? " (the files written before it were removed, not left unpaired)" : "");
-            break;
-        }
-        outs[done].tmp[0] = '\0';
-        outs[done].state = 0;
-    }
+    if (st == ATTN_OK) st = commit_locked(outs, n, stale, nstale);
     /* The renames themselves on disk; EINVAL: the file system cannot sync a directory. */
     if (st == ATTN_OK && fsync(dirfd) != 0 && errno != EINVAL && errno != EROFS)
         st = npy_fail(out_shown(&outs[0], shown, sizeof shown), "cannot flush the directory: %s", strerror(errno));

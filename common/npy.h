@@ -51,8 +51,11 @@ attn_status npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t
  *   npy_out_write    writes the header and data, fsyncs and closes it (it stays temporary)
  *   npy_out_commit   under an flock of the directory: removes the `stale` names (files an earlier
  *                    run left that this one does not write), then renames every output onto its
- *                    NAME; if a rename fails, the outputs already renamed are removed too, so no
- *                    new file stays beside an old partner. Then fsyncs the directory.
+ *                    NAME (at most 8 names in all). What each name held is kept as a hard link
+ *                    until the end: if a step fails, the steps before it are undone from those
+ *                    links, so the directory keeps its old files (where a file system cannot link,
+ *                    the new file is removed instead: never a new file beside an old partner).
+ *                    Then fsyncs the directory.
  *   npy_out_discard  removes the temporary file; harmless after a commit or a failure
  * Every failure discards the temporaries it concerns; the caller still calls npy_out_discard on
  * every path (it is idempotent). */

@@ -1,7 +1,8 @@
 /*
  * registry.c: the one list of stages. The front end, the tests and the bench read it; a stage that
- * is not here does not exist for them. GPU stages are compiled only when nvcc was found; without
- * it their entries stay (so --list and the tests can say what was skipped) with run == NULL.
+ * is not here does not exist for them. GPU stages are compiled only in a CUDA build (nvcc found, and
+ * no NO_CUDA=1); without one their entries stay (so --list and the tests can say what was skipped)
+ * with run == NULL.
  */
 #include <stdio.h>
 #include <stdlib.h>

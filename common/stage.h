@@ -56,9 +56,14 @@ typedef struct {
     /* Bytes of scratch the stage needs beyond Q, K, V, O and LSE; NULL means none. */
     size_t (*workspace_bytes)(const attn_problem *p);
     const char *workspace_what; /* what the scratch holds, for the out-of-memory message */
-    /* NULL when the stage was not built (GPU stage on a machine without nvcc). */
+    /* NULL when the stage was not built (a GPU stage in a build without CUDA: ATTN_NO_CUDA_WHY). */
     attn_status (*run)(const attn_problem *p, const attn_args *a);
 } attn_stage;
+
+/* Why a build has no GPU stages, for the messages that say a stage was not built ("..., and "
+ * ATTN_NO_CUDA_WHY): the Makefile leaves them out both when it finds no nvcc and when NO_CUDA=1 asks
+ * it to, into the same build/nocuda/ with the same objects. */
+#define ATTN_NO_CUDA_WHY "nvcc was not found, or NO_CUDA=1 was given, when this was built"
 
 extern const attn_stage attn_stages[];
 extern const int attn_num_stages;

@@ -227,3 +227,212 @@ Test(bench, peers_csv_is_never_written_through_a_planted_file) {
     cr_assert_eq(count_entries(dir), 3, "want p.csv, victim and the planted link only");
     expect_victim_kept_and_clean(dir);
 }
+
+/* ---- what a reviewer found: flags, the CSV's path and fields, report.sh, peers.py ------------ */
+
+/* One stage at one point: a sweep of a second or so. */
+#define TINY "--cpu-only --batch 1 --heads 2 --seqs 17 --dims 32 --causal 0 --stages 01 --repeat-ms 1"
+
+/* Flags are matched whole: an empty argument or two flags in one used to match as substrings of the
+ * list of names (`attn-bench "" --cold` swallowed --cold). A flag given twice is refused, as in attn. */
+Test(bench, flags_are_matched_whole) {
+    EXPECT_BAD("'' --cold", "unknown option ''");
+    EXPECT_BAD("'--seqs --dims' 999", "unknown option '--seqs --dims'");
+    EXPECT_BAD("--seq 64", "unknown option '--seq'");
+    EXPECT_BAD("--quick=1", "unknown option '--quick=1'");
+    EXPECT_BAD("--quick --quick", "--quick given twice");
+    EXPECT_BAD("--batch 1 --batch=2", "--batch given twice");
+}
+
+/* Integers are digits (an optional '-' gives the range error); lists take no empty item and no repeat
+ * (a repeated N or stage gave duplicate rows). */
+Test(bench, numbers_and_lists_are_strict) {
+    EXPECT_BAD("--seqs ' 12'", "--seqs must be a comma-separated list");
+    EXPECT_BAD("--seqs +5", "--seqs must be a comma-separated list");
+    EXPECT_BAD("--batch '1 '", "--batch must be an integer from 1 to 1048576");
+    EXPECT_BAD("--seqs ,64,,64,", "--seqs must be a comma-separated list");
+    EXPECT_BAD("--dims 64,", "--dims must be a comma-separated list");
+    EXPECT_BAD("--seqs 64,128,64", "--seqs lists 64 twice");
+    EXPECT_BAD("--stages 01,01", "--stages lists 01 twice");
+    EXPECT_BAD("--stages 01,naive_cpu", "--stages lists naive_cpu twice");
+    EXPECT_BAD("--stages 01,", "--stages must be a comma-separated list of stage ids");
+}
+
+/* A --csv that is a FIFO or a directory is refused before the sweep (exit 2): the rename would have
+ * put the file in its place (as root, /dev/full became a text file). */
+Test(bench, csv_that_is_not_a_file_is_refused_at_once) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], args[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    snprintf(args, sizeof args, TINY " --csv %s", path);
+    EXPECT_BAD(args, "--csv: ");
+    cr_assert(strstr(out, "is a FIFO, not a file"), "%s", out);
+    cr_assert_null(strstr(out, "inputs B="), "the sweep ran first: %s", out);
+    struct stat st;
+    cr_assert(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    snprintf(args, sizeof args, TINY " --csv %s", dir);
+    EXPECT_BAD(args, "is a directory, not a file");
+    cr_assert_eq(count_entries(dir), 1, "files left in %s", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A CSV that cannot be written is found before the sweep, not after it; the default folder
+ * (build/bench/ under the current one) is made when missing, as peers.py makes its own. */
+Test(bench, csv_path_is_tried_before_the_sweep) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], cmd[4096], bin[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(args, sizeof args, TINY " --csv %s/missing/b.csv", dir);
+    cr_assert_eq(bench(args), 1, "%s", out);
+    cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
+    cr_assert_null(strstr(out, "inputs B="), "the sweep ran before the CSV was tried: %s", out);
+    char cwd[1024];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(bin, sizeof bin, "%s%s%s", bench_bin()[0] == '/' ? "" : cwd, bench_bin()[0] == '/' ? "" : "/",
+             bench_bin());
+    snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " --commit t4", dir, bin);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/build/bench/bench_stages.csv", dir);
+    char *text = slurp(cmd);
+    cr_assert(text && strstr(text, ",t4,01,"), "no CSV in the default folder: %s", out);
+    unlink(cmd);
+    snprintf(cmd, sizeof cmd, "%s/build/bench", dir), rmdir(cmd);
+    snprintf(cmd, sizeof cmd, "%s/build", dir), rmdir(cmd);
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
+/* --commit goes into the CSV cleaned as peers.py cleans it: a comma or newline would break the row. */
+Test(bench, commit_is_cleaned_for_the_csv) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(csv, sizeof csv, "%s/b.csv", dir);
+    snprintf(args, sizeof args, TINY " --csv %s --commit ' a,b|c\"d\n  e\t'", csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    char *text = slurp(csv);
+    cr_assert_not_null(text);
+    cr_assert(strstr(text, ",a;b;c'd e,01,"), "%s", text);
+    cr_assert_eq(strlen(text) - strlen(HEADER), strcspn(text + strlen(HEADER), "\n") + 1, "not one row: %s",
+                 text);
+    snprintf(args, sizeof args, TINY " --csv %s --commit ' \n'", csv); /* nothing left: unknown, as before */
+    cr_assert_eq(bench(args), 0, "%s", out);
+    cr_assert(strstr(slurp(csv), ",unknown,01,"), "%s", slurp(csv));
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* --help that cannot be written is a failure, as build/attn's. */
+Test(bench, help_write_error_exits_1) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "{ %s --help >/dev/full; } 2>&1", bench_bin());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "standard output"), "%s", out);
+    cr_assert_eq(bench("--help"), 0, "%s", out);
+}
+
+/* report.sh merge into a FIFO or a directory is refused (a directory took the file inside it, exit 0). */
+Test(bench, report_merge_refuses_what_is_not_a_file) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cd %s && printf '%s' > in.csv && mkfifo f && mkdir d", dir, HEADER);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/d %s/in.csv", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "is a directory, not a file"), "%s", out);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/f %s/in.csv", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "is not a regular file"), "%s", out);
+    snprintf(cmd, sizeof cmd, "test -p %s/f && rmdir %s/d && rm %s/f %s/in.csv && rmdir %s", dir, dir, dir,
+             dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "the FIFO was replaced, or files were left: %s", out);
+}
+
+/* Rows whose numbers are not numbers, or that hold a '"' (a quoted field the awk split silently),
+ * are skipped with a warning, and not merged. */
+Test(bench, report_skips_malformed_rows) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/in.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(HEADER, f);
+    fputs("g,d,c,01,good,1,2,64,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
+    fputs("g,d,c,01,badN,1,2,6x4,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
+    fputs("g,d,c,01,badms,1,2,128,16,0,fp16,ok,fast,0.1,0,0,0.0002,pass,5,-,\n", f);
+    fputs("g,d,c,01,badB,x,2,256,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
+    fputs("g,d,c,01,quoted,1,2,512,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\"a,b\"\n", f);
+    fputs("g,d,c,01,badcausal,1,2,1024,16,maybe,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s 2>&1 && cat %s/m.csv", dir, path, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    int warnings = 0;
+    for (const char *p = out; (p = strstr(p, "skipped a malformed row")); p++) warnings++;
+    cr_assert_eq(warnings, 5, "%s", out);
+    cr_assert(strstr(out, ",good,") && !strstr(out, ",bad") && !strstr(out, "quoted"), "%s", out);
+    snprintf(cmd, sizeof cmd, "rm %s/m.csv %s && rmdir %s", dir, path, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
+/* report.sh plots puts the CSV's gpu, date, commit and names and the output folder into a gnuplot
+ * script: a backquote there ran a shell command, a quote let a name call system(). None may run. */
+Test(bench, report_plots_never_run_what_a_csv_holds) {
+    if (run_cmd("command -v gnuplot", out, sizeof out) != 0)
+        cr_skip_test("gnuplot not found: plots not tested");
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/in.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(HEADER, f);
+    fprintf(f,
+            "G`touch %s/p1`,d`touch %s/p2`,`touch %s/p3`,01,x'.system('touch %s/p4').',1,4,64,16,0,fp16,ok,"
+            "1.5,0.1,0,0,0.0002,pass,5,-,\n",
+            dir, dir, dir, dir);
+    fprintf(f, "G,d,c,02,y\"`touch %s/p5`\",1,4,64,16,0,fp16,ok,1.0,0.2,0,0,0.0002,pass,5,-,\n", dir);
+    fprintf(f, "G,d,c,03,z@x,1,4,128,16,0,fp16,ok,1.0,0.2,0,0,0.0002,pass,5,-,\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh plots %s \"%s/o'\\`touch %s/p6\\`\"", path, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "find %s -name 'p[0-9]'", dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(out[0], '\0', "the CSV or the folder's name ran a command: %s", out);
+    snprintf(cmd, sizeof cmd, "test -s \"%s/o'\\`touch %s/p6\\`/latency.png\" && rm -r %s", dir, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no latency.png: %s", out);
+}
+
+/* peers.py refuses a --csv that is not a file (its write_csv too, whatever calls it), and values
+ * outside attn-bench's ranges, naming the flag; it needs no PyTorch to say so. */
+Test(bench, peers_refuses_bad_values_and_csv_paths) {
+    if (run_cmd("python3 -c 'import sys'", out, sizeof out) != 0)
+        cr_skip_test("python3 not found: peers.py not tested");
+    static const char *bad[][2] = {
+        {"--repeat-ms nan", "--repeat-ms: must be a finite number >= 0"},
+        {"--repeat-ms inf", "--repeat-ms: must be a finite number >= 0"},
+        {"--repeat-ms -5", "--repeat-ms: must be a finite number >= 0"},
+        {"--check-rows -3", "--check-rows: must be an integer from 0 to 1048576"},
+        {"--heads 100000000", "--heads: must be an integer from 1 to 1048576"},
+        {"--batch +5", "--batch: must be an integer from 1 to 1048576"},
+        {"--seqs 64,,128", "--seqs: must be a comma-separated list"},
+        {"--dims 64,64", "--dims: must be a comma-separated list of 1 to 32 distinct integers from 1 to 256"},
+        {"--peers bogus,sdpa_flash",
+         "--peers must be a comma-separated list of distinct names from torch_naive,"},
+        {"--csv /tmp", "--csv: '/tmp' is a directory, not a file"},
+    };
+    char cmd[2048];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "python3 bench/peers.py %s", bad[i][0]);
+        int rc = run_cmd(cmd, out, sizeof out);
+        cr_assert_eq(rc, 2, "'%s' exited %d, want 2: %s", bad[i][0], rc, out);
+        cr_assert(strstr(out, bad[i][1]), "'%s': message lacks '%s': %s", bad[i][0], bad[i][1], out);
+    }
+    char dir[] = "/tmp/attn-bench-test.XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "mkfifo %s/f && python3 -c 'import sys; sys.path.insert(0, \"bench\"); import peers; "
+             "peers.write_csv(\"%s/f\", [\"a,b\"])'",
+             dir, dir);
+    cr_assert_neq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "is a FIFO, not a file"), "%s", out);
+    snprintf(cmd, sizeof cmd, "test -p %s/f && rm %s/f && rmdir %s", dir, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "the FIFO was replaced, or files were left: %s", out);
+}

@@ -42,6 +42,21 @@ Test(cli, bad_flags_and_values_exit_2) {
     EXPECT_USAGE("--stage 01 --batch 1048576 --heads 1048576 --seq 16777216 --dim 256", "too large");
 }
 
+/* Integers are digits, with an optional '-' that can only give the range error: strtoll alone took
+ * " 12" and "+5" (not "12 "). A flag given twice is refused: the second value silently won. */
+Test(cli, numbers_are_strict_and_flags_come_once) {
+    EXPECT_USAGE("--stage 01 --seq ' 12'", "--seq must be an integer from 1 to 16777216 (got ' 12')");
+    EXPECT_USAGE("--stage 01 --seq +5", "--seq must be an integer from 1 to 16777216 (got '+5')");
+    EXPECT_USAGE("--stage 01 --seq '12 '", "--seq must be an integer from 1 to 16777216 (got '12 ')");
+    EXPECT_USAGE("--stage 01 --seq ''", "--seq must be an integer from 1 to 16777216 (got '')");
+    EXPECT_USAGE("--stage 01 --seq -", "--seq must be an integer from 1 to 16777216 (got '-')");
+    EXPECT_USAGE("--stage 01 --seed 0x10", "--seed must be an integer from 0 to");
+    EXPECT_USAGE("--stage 01 --seq 8 --scale 1 --scale 2", "--scale given twice");
+    EXPECT_USAGE("--stage 01 --seq 8 --stage 02", "--stage given twice");
+    EXPECT_USAGE("--stage 01 --causal --seq 8 --causal", "--causal given twice");
+    cr_assert_eq(attn("--stage 01 --seq 12 --dim 8 --seed 3"), 0, "%s", out);
+}
+
 Test(cli, unsupported_dim_and_dtype_exit_2) {
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
@@ -269,6 +284,50 @@ Test(cli, flags_that_would_be_ignored_are_refused) {
     snprintf(args, sizeof args, "--stage 01 --init large --load %s", dir);
     EXPECT_USAGE(args, "--init cannot be used with --load");
     EXPECT_USAGE("--stage 01 --seq 8 --dim 8 --check-rows 5", "--check-rows needs --check");
+    /* --seed makes the random inputs, and with --check picks the rows it samples */
+    const int64_t shape[4] = {1, 2, 9, 8};
+    write_f16(dir, "q.npy", shape), write_f16(dir, "k.npy", shape), write_f16(dir, "v.npy", shape);
+    snprintf(args, sizeof args, "--stage 01 --seed 5 --load %s", dir);
+    EXPECT_USAGE(args, "--seed cannot be used with --load without --check");
+    snprintf(args, sizeof args, "--stage 01 --seed 5 --load %s --check", dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+}
+
+/* float16 files loaded with --dtype bf16 are rounded, and the run says so, as for float32 files. */
+Test(cli, load_notes_every_rounding) {
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 2, 9, 8};
+    write_inputs(dir, NPY_F16, shape, shape, 0.0f);
+    snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s --check", dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(strstr(out, "attn: note: q.npy, k.npy, v.npy held float16 values, rounded to bf16"), "%s", out);
+    snprintf(args, sizeof args, "%s/k.npy", dir);
+    float f[2 * 9 * 8];
+    for (int e = 0; e < 2 * 9 * 8; e++) f[e] = 0.25f * (float)(e % 5);
+    cr_assert_eq(npy_write(args, NPY_F32, 4, shape, f), ATTN_OK, "%s", attn_last_error());
+    snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s", dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(strstr(out, "note: k.npy held float32 values, rounded to bf16") &&
+                  strstr(out, "note: q.npy, v.npy held float16 values, rounded to bf16"),
+              "%s", out);
+    snprintf(args, sizeof args, "--stage 01 --load %s", dir); /* fp16 files read as fp16: no note for them */
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(!strstr(out, "float16 values") && strstr(out, "k.npy held float32 values, rounded to fp16"),
+              "%s", out);
+}
+
+/* A misspelt exercise used to print "0 of 0 exercises" and exit 0. */
+Test(cli, workshop_refuses_an_unknown_exercise) {
+    int rc = run_cmd("bash workshop/run.sh cpu workshop/04m-no-alpah.patch", out, sizeof out);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "no exercise 'workshop/04m-no-alpah.patch'"), "%s", out);
+    rc = run_cmd("bash workshop/run.sh cpu README.md", out, sizeof out);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "'README.md' is not an exercise"), "%s", out);
+    rc = run_cmd("bash workshop/run.sh gpu workshop/04m-no-alpha.patch", out, sizeof out);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "is a cpu exercise"), "%s", out);
 }
 
 /* A FIFO among the inputs is refused at once; the timeout turns a hang into a failure. */
@@ -476,22 +535,51 @@ Test(cli, concurrent_saves_leave_one_runs_pair) {
     for (int r = 0; r < RUNS; r++) free(o_own[r]), free(l_own[r]);
 }
 
-/* When lse.npy cannot be put in place, the new o.npy must not stay either: no o.npy beside an lse.npy
- * of another run, or alone. */
-Test(cli, save_failure_leaves_no_unpaired_output) {
+/* An o.npy or lse.npy in DIR that is not a file (here a non-empty directory, which no rename can
+ * replace) is refused before the run: it used to fail at the commit, which then removed the new
+ * o.npy, leaving neither the new pair nor the previous o.npy. */
+Test(cli, save_refuses_outputs_that_are_not_files_before_the_run) {
     char dir[64], path[512], args[512];
     make_dir(dir, sizeof dir);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    unsigned char *before, *after;
+    size_t nb, na;
+    read_file(dir, "o.npy", &before, &nb);
     snprintf(path, sizeof path, "%s/lse.npy", dir);
-    cr_assert_eq(mkdir(path, 0700), 0); /* a non-empty directory: rename() cannot replace it */
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkdir(path, 0700), 0);
     snprintf(path, sizeof path, "%s/lse.npy/keep", dir);
     FILE *f = fopen(path, "wb");
     fputs("k", f);
     fclose(f);
-    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
-    cr_assert_eq(attn(args), 1, "%s", out);
-    cr_assert_not_null(strstr(out, "lse.npy: cannot rename"), "%s", out);
-    cr_assert(!file_exists(dir, "o.npy"), "a new o.npy stayed without its lse.npy: %s", out);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --seed 7 --save %s", dir);
+    EXPECT_USAGE(args, "/lse.npy' is a directory, not a file");
+    cr_assert_null(strstr(out, "time "), "the stage ran before the outputs were checked: %s", out);
+    read_file(dir, "o.npy", &after, &na);
+    cr_assert(na == nb && memcmp(before, after, nb) == 0, "the previous o.npy was changed or removed");
+    free(before), free(after);
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    EXPECT_USAGE(args, "/o.npy' is a FIFO, not a file");
     cr_assert_eq(count_tmp_files(dir), 0, "temporaries were left behind");
+}
+
+/* The results' temporary files are created when they are written, after the run: a run stopped
+ * before that (SIGTERM here, as Ctrl-C) leaves nothing in DIR. They used to be created before it. */
+Test(cli, save_interrupted_leaves_no_temporaries) {
+    char dir[64], cmd[1024];
+    make_dir(dir, sizeof dir);
+    /* 8.6 GFLOP on the CPU: seconds, long past the signal */
+    snprintf(cmd, sizeof cmd,
+             "timeout -s TERM 0.5 %s --stage 01 --batch 1 --heads 8 --seq 2048 --dim 64 --save %s",
+             attn_bin(), dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 124, "the run was not stopped by the signal (exit %d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "ls -A %s", dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(out[0], '\0', "files left in the --save directory: %s", out);
 }
 
 /* A stage that writes no LSE removes the lse.npy an earlier run left beside o.npy (GPU stages 03-05;

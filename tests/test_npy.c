@@ -806,21 +806,46 @@ Test(npy, outputs_commit_as_a_pair_and_remove_stale_files) {
     npy_out_discard(&o[1]);
     cr_assert_eq(dir_entries(t.path), 2);
 
-    /* the second rename fails (x.npy is now a non-empty directory): the first new file goes too */
+    /* the second rename fails (x.npy is now a non-empty directory): the old o.npy comes back (it used
+     * to be removed with the new one, leaving neither), and so does a stale file removed before */
+    char opath[8300];
+    snprintf(opath, sizeof opath, "%s/o.npy", t.path);
+    size_t n_old;
+    unsigned char *o_old = slurp(opath, &n_old);
     snprintf(path, sizeof path, "%s/x.npy", t.path);
     cr_assert_eq(remove(path), 0);
     cr_assert_eq(mkdir(path, 0700), 0);
-    char inner[8400];
+    char inner[8400], stale_path[8300];
     snprintf(inner, sizeof inner, "%s/keep", path);
     spit(inner, "k", 1);
-    cr_assert_eq(npy_out_create(&o[0], dirfd, t.path, "o.npy"), ATTN_OK);
-    cr_assert_eq(npy_out_create(&o[1], dirfd, t.path, "x.npy"), ATTN_OK);
-    cr_assert_eq(npy_out_write(&o[0], NPY_F16, 1, (int64_t[]){3}, h), ATTN_OK);
-    cr_assert_eq(npy_out_write(&o[1], NPY_F32, 1, (int64_t[]){2}, f), ATTN_OK);
-    cr_assert_eq(npy_out_commit(o, 2, NULL, 0), ATTN_EIO);
-    cr_assert_not_null(strstr(attn_last_error(), "x.npy: cannot rename"), "%s", attn_last_error());
-    cr_assert(!exists_in(t.path, "o.npy"), "o.npy stayed without its partner");
-    cr_assert_eq(dir_entries(t.path), 1, "temporaries were left behind");
+    snprintf(stale_path, sizeof stale_path, "%s/lse.npy", t.path);
+    spit(stale_path, "old", 3);
+    const uint16_t h2[3] = {7, 8, 9};
+    for (int had_o = 1; had_o >= 0; had_o--) { /* with an old o.npy, then without one */
+        cr_assert_eq(npy_out_create(&o[0], dirfd, t.path, "o.npy"), ATTN_OK);
+        cr_assert_eq(npy_out_create(&o[1], dirfd, t.path, "x.npy"), ATTN_OK);
+        cr_assert_eq(npy_out_write(&o[0], NPY_F16, 1, (int64_t[]){3}, h2), ATTN_OK);
+        cr_assert_eq(npy_out_write(&o[1], NPY_F32, 1, (int64_t[]){2}, f), ATTN_OK);
+        cr_assert_eq(npy_out_commit(o, 2, stale, 1), ATTN_EIO);
+        cr_assert_not_null(strstr(attn_last_error(), "x.npy: cannot rename"), "%s", attn_last_error());
+        if (had_o) {
+            size_t n;
+            unsigned char *now = slurp(opath, &n);
+            cr_assert(n == n_old && memcmp(now, o_old, n) == 0, "the old o.npy was not put back");
+            free(now);
+            cr_assert_not_null(strstr(attn_last_error(), "put back as they were"), "%s", attn_last_error());
+            cr_assert_eq(remove(opath), 0);
+        } else {
+            cr_assert(!exists_in(t.path, "o.npy"), "a new o.npy stayed without its partner");
+        }
+        size_t n;
+        unsigned char *st = slurp(stale_path, &n);
+        cr_assert(n == 3 && !memcmp(st, "old", 3), "the stale lse.npy was not put back");
+        free(st);
+        cr_assert_eq(dir_entries(t.path), 2, "temporaries or backups were left behind");
+    }
+    free(o_old);
+    remove(stale_path);
     remove(inner);
     rmdir(path);
     close(dirfd);

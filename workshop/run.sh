@@ -3,6 +3,8 @@
 #
 #   bash workshop/run.sh cpu|gpu [EXERCISE.patch ...]
 #
+# (An exercise named here that does not exist, or is not of the kind asked for, is an error: exit 2.)
+#
 # Each workshop/*.patch starts with a header (Exercise, Stage, Breaks, Check, Expect) and then a
 # unified diff that removes one idea. For each exercise of the asked kind this script
 #   1. copies the tree into build/workshop/<name>/ with the pristine objects of the same build (so
@@ -27,12 +29,23 @@ kind=${1:-}
 shift
 MAKE=${MAKE:-make}
 jobs=${WS_JOBS:-2}
+
+field() { sed -n "s/^$2:[[:space:]]*//p" "$1" | head -n 1; }
+
+# Exercises named on the command line must exist and be of this kind: a misspelt name used to be
+# skipped in silence ("0 of 0 exercises", exit 0).
+for ex in "$@"; do
+    [ -f "$ex" ] || { echo "workshop: no exercise '$ex' (see: ls workshop/*.patch)" >&2; exit 2; }
+    needs=$(field "$ex" Stage | sed -n 's/.*(\(.*\)).*/\1/p')
+    if [ "$needs" != cpu ] && [ "$needs" != gpu ]; then
+        echo "workshop: '$ex' is not an exercise: it has no 'Stage: NN (cpu)' or 'Stage: NN (gpu)' line" >&2; exit 2
+    fi
+    [ "$needs" = "$kind" ] || { echo "workshop: '$ex' is a $needs exercise: bash workshop/run.sh $needs $ex" >&2; exit 2; }
+done
 if [ "$kind" = cpu ]; then build=${WS_NOCUDA_BUILD:-build/nocuda}; mkargs="NO_CUDA=1 BUILD=$build"
 else build=${WS_CUDA_BUILD:-build}; mkargs="BUILD=$build ${WS_MAKEFLAGS:-}"; fi
 attn=$build/attn
 [ -x "$attn" ] || { echo "workshop: $attn is missing: build it first (make workshop-check does)" >&2; exit 2; }
-
-field() { sed -n "s/^$2:[[:space:]]*//p" "$1" | head -n 1; }
 
 # The pristine tree: tracked and untracked-but-not-ignored files, mtimes kept.
 copy_tree() {
