@@ -1,6 +1,8 @@
 # FlashAttention-2, stage by stage.
 #
-#   make              build build/attn (and the GPU stages when nvcc is found)
+#   make              build build/attn with the GPU stages when nvcc is found, else build/nocuda/attn
+#   make info         which nvcc (PATH, /usr/local/cuda/bin/nvcc, CUDA_HOME or NVCC), the build folder
+#   make clean        remove build/ (every build's folder) and compile_commands.json
 #   make check        build and run the Criterion tests (installs Criterion on Debian/Ubuntu if it can)
 #   make bench        every stage side by side (see bench/bench.mk)
 #   make ARCH=sm_86   build the GPU code for one other target instead of the defaults (below)
@@ -9,19 +11,39 @@
 # build/libattn.a. Files named *_main.c hold a main() and are linked into their own programs.
 # Folders may add targets in a fragment of their own, NAME/*.mk, included below.
 
-CC      ?= gcc
+# gcc, as the README's prerequisites say (make's built-in default, cc, does not count as a choice).
+ifeq ($(origin CC),default)
+CC      := gcc
+endif
 comma   := ,
-# A build without CUDA (NO_CUDA=1) gets its own folder, so its objects never mix with a CUDA build's.
+# nvcc: NVCC=path, else CUDA_HOME/bin/nvcc when CUDA_HOME is set (CUDA_HOME= alone: no nvcc), else the
+# nvcc on PATH, else /usr/local/cuda/bin/nvcc (where the CUDA installers put it, often not on PATH).
+# NO_CUDA=1 builds only the CPU parts even where nvcc exists. `make info` says which one it took.
+ifeq ($(origin CUDA_HOME),undefined)
+NVCC_ON_PATH := $(shell command -v nvcc 2>/dev/null)
+ifneq ($(NVCC_ON_PATH),)
+CUDA_HOME    := $(patsubst %/bin/nvcc,%,$(NVCC_ON_PATH))
+NVCC_FROM    := found on PATH
+else ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
+CUDA_HOME    := /usr/local/cuda
+NVCC_FROM    := not on PATH: the fallback /usr/local/cuda/bin/nvcc
+endif
+else
+NVCC_FROM    := from CUDA_HOME
+endif
+ifneq ($(filter command line environment%,$(origin NVCC)),)
+NVCC_FROM    := from NVCC=
+endif
+NVCC    ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 ifeq ($(NO_CUDA),1)
+NVCC    :=
+endif
+# A build without CUDA (NO_CUDA=1, or no nvcc found: the same objects) gets its own folder, so that
+# its objects never mix with a CUDA build's.
+ifeq ($(NVCC),)
 BUILD   ?= build/nocuda
 else
 BUILD   ?= build
-endif
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null))
-NVCC    ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
-# Set NO_CUDA=1 to build only the CPU parts even where nvcc exists.
-ifeq ($(NO_CUDA),1)
-NVCC :=
 endif
 
 # -fPIC: the same objects go into build/libattn.a and into the shared libraries of python/python.mk.
@@ -87,16 +109,35 @@ ATTN  := $(BUILD)/attn
 .PHONY: all clean check check-asan info format-check
 all: $(ATTN)
 
+NVCC_INFO = $(if $(filter 1,$(NO_CUDA)),not used (NO_CUDA=1): the GPU stages are not built,$(if $(NVCC),$(NVCC) ($(NVCC_FROM)),$(if \
+  $(filter undefined,$(origin CUDA_HOME)),not found (not on PATH$(comma) nor at /usr/local/cuda/bin/nvcc),not looked for (CUDA_HOME is set$(comma) and empty)): the GPU stages are not built))
 info:
 	@echo "stages: $(STAGE_DIRS)"
-	@echo "nvcc:   $(if $(NVCC),$(NVCC),not found: GPU stages are not built)"
+	@echo "nvcc:   $(NVCC_INFO)"
+	@echo "build:  $(BUILD)/ ($(CC)$(if $(ARCH), ARCH=$(ARCH)))"
 	@echo "nccl:   $(NCCL_INFO)"
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) Makefile
+# Every setting that goes into a compile or a link, one per line, in $(BUILD)/obj/.flags (in obj/, so
+# that workshop/run.sh's copy of the objects takes it along). The file is rewritten only when they
+# change (ARCH=sm_86 after a default build, CFLAGS=..., NCCL found later), and everything compiled or
+# linked here depends on it: a change of settings rebuilds the folder's objects and programs, the same
+# settings again rebuild nothing. (Sources and headers are tracked as before.)
+FLAGS_STAMP := $(BUILD)/obj/.flags
+FLAGS_TEXT   = CC=$(CC) | $(CFLAGS_BASE) $(CFLAGS) | LDLIBS=$(LDLIBS) \
+               | NVCC=$(NVCC) | $(NVCCFLAGS_ALL) $(foreach d,common $(STAGE_DIRS),| $(d): $(call nvcc_arch,$(d)/))
+.PHONY: FORCE
+FORCE:
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@tmp=$@.$$$$.tmp; printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' | tr '|' '\n' | sed 's/^ *//; s/ *$$//' >$$tmp; \
+	 if cmp -s $$tmp $@; then rm -f $$tmp; else \
+	   [ ! -f $@ ] || echo "build settings changed since the last build in $(BUILD)/: rebuilding"; mv -f $$tmp $@; fi
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) Makefile $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) Makefile
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) Makefile $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS_ALL) $(call nvcc_arch,$<) -c $< -o $@
 
@@ -112,7 +153,7 @@ ifeq ($(HAVE_CUDA),)
 	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01 and the models 03m-06m)."
 endif
 
-$(ATTN): common/attn_main.c $(LIB)
+$(ATTN): common/attn_main.c $(LIB) $(FLAGS_STAMP)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # compile_commands.json: every compile command of this build (the pattern rules' own flags), for clangd
@@ -144,5 +185,10 @@ format-check:
 include tests/tests.mk
 -include $(sort $(filter-out tests/tests.mk,$(wildcard */*.mk)))
 
+# The programs the fragments compile and link directly follow the settings too ($< stays their source).
+$(TEST_BIN) $(BENCH_BIN) $(CP_BENCH): $(FLAGS_STAMP)
+
+# Everything any build made, whatever the settings of this call (build/nocuda, build/asan, ... are
+# inside build/), and a BUILD=folder elsewhere when one is given.
 clean:
-	rm -rf $(BUILD)
+	rm -rf build compile_commands.json $(filter-out build build/%,$(BUILD))

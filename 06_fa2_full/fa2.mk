@@ -35,12 +35,12 @@ $(FA2_LIB): $(FA2_OBJS)
 	ar rcs $@ $^
 
 fa2-example: $(BUILD)/fa2_example
-$(BUILD)/fa2_example: $(FA2_DIR)/example_main.c $(FA2_DIR)/fa2.h $(FA2_LIB)
+$(BUILD)/fa2_example: $(FA2_DIR)/example_main.c $(FA2_DIR)/fa2.h $(FA2_LIB) $(FLAGS_STAMP)
 	$(CC) -std=c11 -O2 -Wall -Wextra -I$(FA2_DIR) -I$(FA2_CUDA_HOME)/include $< $(FA2_LIB) $(FA2_LINK) -o $@
 
 # ptxas report (-Xptxas -v) for both real targets, one object per source so that make -j builds them
 # side by side; the objects are kept for cuobjdump.
-$(BUILD)/sass/%.o: $(FA2_DIR)/%.cu $(HEADERS) $(FA2_DIR)/fa2.mk
+$(BUILD)/sass/%.o: $(FA2_DIR)/%.cu $(HEADERS) $(FA2_DIR)/fa2.mk $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	    -Icommon -I. -DATTN_HAVE_CUDA=1 -Xptxas -v -c $< -o $@ 2> $(basename $@).ptxas
@@ -51,9 +51,13 @@ fa2-sass: $(FA2_SASS_OBJS) $(FA2_DIR)/sass_report.sh
 
 else
 
+# Asked for by name in a build without CUDA, the libraries say why they are not made rather than
+# "No rule to make target": build/libfa2.a under the name the docs use and under this build's folder
+# (build/nocuda/); build/libfa2.so too (python/python.mk answers for build/nocuda/libfa2.so).
 FA2_OBJS :=
+FA2_NO_CUDA := $(sort build/libfa2.a $(BUILD)/libfa2.a $(filter-out $(BUILD)/libfa2.so,build/libfa2.so))
 .PHONY: fa2-lib fa2-example fa2-sass fa2-road-table
-fa2-lib fa2-example fa2-sass:
+fa2-lib fa2-example fa2-sass $(FA2_NO_CUDA):
 	@echo "$@: needs the CUDA build (nvcc not found, or NO_CUDA=1)" >&2; exit 1
 
 endif

@@ -1,5 +1,5 @@
 /*
- * Stage 06m: stage 06's FlashAttention-2 algorithm as plain C on the CPU (a model of fa2.cu).
+ * Stage 06m: stage 06's FlashAttention-2 algorithm as plain C on the CPU (a model of fa2_kernel.cuh).
  *
  * What it models: the arithmetic and the order of stage 06, without the machinery that makes it
  * fast (tensor cores, ldmatrix, cp.async, the swizzle: none of them changes a number). Versus
@@ -16,7 +16,7 @@
  *      ragged tail) down to 0. The masked tiles, j >= n_plain, come first; the rest need no mask.
  *   4. m is kept on raw scores and scale * log2(e) = sl2 goes inside the exponent, one fmaf:
  *      P = 2^(s sl2 - m sl2), alpha = 2^(m_old sl2 - m_new sl2). A negative scale runs as -Q with
- *      |scale| (the same scores, and the max stays the max), as fa2.cu does.
+ *      |scale| (the same scores, and the max stays the max), as stage 06 does (fa2_api.cu).
  *   5. P is rounded to the inputs' 16-bit type before P V (it is the tensor cores' A operand); l
  *      sums the fp32 P.
  *   6. The LSE epilogue: l = sum_j 2^(x_j - m2) with x_j = s_j sl2 and m2 = m sl2, so
@@ -32,10 +32,10 @@
 #include "tiles_cpu.h"
 
 #define ID "06m" /* this model's registry id */
-#define BR 128   /* Br: query rows per row tile (fa2.cu's tile table, every D) */
-#define BCS 64   /* keys per compute step (fa2_cfg_bcs) */
+#define BR 128   /* Br: query rows per row tile (fa2_final_tiles in fa2_traits.cuh, every D) */
+#define BCS 64   /* keys per compute step (fa2_final_tiles' Bcs, every D) */
 
-/* fa2.cu's tile table: keys per K/V tile and warps per block, by head dim */
+/* fa2_final_tiles (fa2_traits.cuh): keys per K/V tile and warps per block, by head dim */
 static int fa2c_bc(int D) { return D <= 64 ? 128 : 64; }
 static int fa2c_warps(int D) { return D == 256 ? 8 : 4; }
 

@@ -3,7 +3,7 @@
 #   make bench                 the PyTorch and Triton peers (bench/peers.py, when python3 imports torch
 #                              with a GPU; they also time the C libraries through python/), then
 #                              build/attn-bench over every registered stage: B=4 H=32 D=64,128
-#                              N=512..16384, causal and not (without a GPU: stage 01 alone, small).
+#                              N=512..16384, causal and not (no GPU: the CPU stages 01, 03m-06m, small).
 #                              One merged CSV ($(CSV)), the tables on stdout (sh + awk, no Python),
 #                              PNG plots when gnuplot exists. Progress and elapsed times on stderr.
 #   make bench QUICK=1         a small sweep (B=1 H=4 N=128,512,1024 D=64) in well under a minute

@@ -30,7 +30,10 @@
  *     threads of a quarter-warp that read 8 different rows hit 8 different groups of 4 banks.
  *   - Shared memory per block: 3 tiles of 64 x (D + 4) floats = 51 KB at D = 64, 99 KB at D = 128.
  *     P (64 x 68 floats) reuses the K tile once S is computed, which keeps D = 128 under 113 KB so
- *     that two blocks (16 warps) fit on an SM. __launch_bounds__(256, 2) caps registers at 128.
+ *     that two blocks (16 warps) fit on an H100/H200 SM (228 KB). Smaller SMs fit fewer: an A100's
+ *     (164 KB) one block at D = 128; sm_86/sm_89's (100 KB) one at D = 64 and D = 128; a V100 or T4
+ *     gives no block 99 KB, and tiles_run refuses D = 128 there. __launch_bounds__(256, 2) caps
+ *     registers at 128.
  *
  * Index math: (b, h) and the row tile are folded into one block index in 64 bits (B*H may exceed
  * 65535 and so cannot go in grid.y); global offsets are int64; offsets inside a tile are int.

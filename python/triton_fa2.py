@@ -1,12 +1,12 @@
-"""triton_fa2: the FlashAttention-2 forward in Triton, written after the seed's walk-through.
+"""triton_fa2: the FlashAttention-2 forward in Triton, written after the walk-through this suite started from.
 
     import torch, sys; sys.path.insert(0, "python")
     from triton_fa2 import attention
     o, lse = attention(q, k, v, causal=True)        # q, k, v: CUDA [B, H, N, D], fp16 or bf16
 
-The seed (../shared/seed/) explains the Triton tutorial's kernel; this is the project's own kernel
-built on the same ideas, so that `make bench` can set the C stages against the kernel the seed
-explains (bench/peers.py runs it as the `triton_fa2` peer):
+That walk-through (of the Triton tutorial's kernel; not part of the repository) explains the kernel
+this one follows: this is the project's own kernel built on the same ideas, so that `make bench` can
+set the C stages against the kernel the walk-through explains (bench/peers.py runs it as the `triton_fa2` peer):
   - grid (cdiv(N, BLOCK_M), B*H): program (i, bh) owns rows i*BLOCK_M.. of one (batch, head), holds
     its Q tile for the whole K/V loop (Q outer, as in FA2), and no program talks to another;
   - online softmax per row: running max m, running sum l, accumulator acc; scores are scaled by

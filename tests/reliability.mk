@@ -43,8 +43,11 @@ fuzz: $(addprefix $(BUILD)/fuzz_,$(FUZZ_TARGETS))
 # that LSan reports at the child's exit would not fail the run: the output is kept in
 # build/asan/check.log and any sanitizer report in it fails the target.
 ASAN_BUILD ?= build/asan
+# The suppressions file by its absolute path (a test that changes directory still finds it), in double
+# quotes inside the option string (the sanitizers' option parser takes a quoted value, so a path with
+# a space or a colon works) and the whole in single quotes for the shell.
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
-            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+            LSAN_OPTIONS='suppressions="$(CURDIR)/tests/lsan.supp":print_suppressions=0' \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 check-asan:
@@ -99,4 +102,4 @@ sanitize: $(ATTN)
 
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)
-	@SANITIZE_DIR=$(BUILD)/leakcheck bash tests/sanitize.sh leakcheck $(ATTN)
+	@SANITIZE_DIR='$(BUILD)/leakcheck' bash tests/sanitize.sh leakcheck '$(ATTN)'

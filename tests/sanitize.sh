@@ -187,9 +187,10 @@ run_leakcheck() {
     cp "$f16" "$dirs/good/q.npy"; cp "$f16" "$dirs/good/k.npy"; cp "$f16" "$dirs/good/v.npy"
     : >"$dirs/lse_is_dir/lse.npy/keep" # rename() cannot replace a non-empty directory: --save fails late
 
-    # One case a line: the arguments, all of which must be refused.
+    # One case a line: the arguments, all of which must be refused. @IN@ stands for the inputs folder
+    # and is put in after the line is split into arguments, so that a path with a space stays one.
     local list=$out/cases.txt
-    cat >"$list" <<EOF
+    cat >"$list" <<'EOF'
 --stage nosuch
 --stage 01 --seq 0
 --stage 01 --dim abc
@@ -200,24 +201,26 @@ run_leakcheck() {
 --stage 01 --no-such-flag
 --list-dims nosuch
 
---stage 01 --load $dirs/missing
---stage 01 --load $dirs/bad_q
---stage 01 --load $dirs/bad_k
---stage 01 --load $dirs/bad_v
---stage 01 --load $dirs/mismatch
---stage 01 --load $dirs/no_v
---stage 01 --load $dirs/f8
---stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --repeat 1 --warmup 0 --save $dirs/no/such/dir
---stage 01 --load $dirs/fifo
---stage 01 --load $dirs/good --seq 4
+--stage 01 --load @IN@/missing
+--stage 01 --load @IN@/bad_q
+--stage 01 --load @IN@/bad_k
+--stage 01 --load @IN@/bad_v
+--stage 01 --load @IN@/mismatch
+--stage 01 --load @IN@/no_v
+--stage 01 --load @IN@/f8
+--stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --repeat 1 --warmup 0 --save @IN@/no/such/dir
+--stage 01 --load @IN@/fifo
+--stage 01 --load @IN@/good --seq 4
 --stage 01 --seq 4 --dim 8 --check-rows 3
 --stage 01 --seq 16 --dim 8 --scale 3e38
---stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --save $dirs/lse_is_dir
+--stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --save @IN@/lse_is_dir
 EOF
     # Every host allocation of a small checked and saved run fails once (ATTN_FAIL_ALLOC=n, see
     # attn.h): each must exit 1 without a leak. n runs from 1 until a plain run gets through.
-    local fault="--stage 01 --causal --load $dirs/good --save $dirs/out --check" n=1
-    while [ "$n" -lt 500 ] && ! ATTN_FAIL_ALLOC=$n "$attn" $fault >/dev/null 2>&1; do
+    local fault="--stage 01 --causal --load @IN@/good --save @IN@/out --check" n=1
+    local -a args
+    read -r -a args <<<"$fault"
+    while [ "$n" -lt 500 ] && ! ATTN_FAIL_ALLOC=$n "$attn" "${args[@]//@IN@/$dirs}" >/dev/null 2>&1; do
         echo "ATTN_FAIL_ALLOC=$n $fault" >>"$list"
         n=$((n + 1))
     done
@@ -228,21 +231,39 @@ EOF
         [ -n "$g" ] && echo "--stage $g --batch 1 --heads 1 --seq 4 --dim 64 --repeat 1 --warmup 0" >>"$list"
     fi
 
-    local vg="valgrind -q --suppressions=$here/valgrind.supp --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9"
-    local log=$out/leakcheck.log runs=0 leaks=0 accepted=0 line
+    local -a vg=(valgrind -q "--suppressions=$here/valgrind.supp" --leak-check=full
+        --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible
+        --error-exitcode=9)
+    # valgrind itself must work (its options, the suppressions file) before its silence means anything:
+    # a valgrind that cannot start exits with a status of its own, which the loop below could take for
+    # the program's.
+    local probe
+    if ! probe=$("${vg[@]}" true 2>&1) || [ -n "$probe" ]; then
+        echo "leakcheck: FAIL: valgrind does not run as: ${vg[*]}" >&2
+        printf '%s\n' "$probe" | head -n 5 >&2
+        return 1
+    fi
+    local log=$out/leakcheck.log runs=0 leaks=0 accepted=0 failed=0 line
     : >"$log"
     printf '%-6s %-9s %s\n' status valgrind arguments
     while IFS= read -r line || [ -n "$line" ]; do
         runs=$((runs + 1))
         local part=$out/.run.log
+        local -a envs=()
+        case "$line" in ATTN_FAIL_ALLOC=*) envs=("${line%% *}") line=${line#* } ;; esac
+        args=()
+        [ -n "$line" ] && read -r -a args <<<"$line"
+        args=("${args[@]//@IN@/$dirs}")
+        line=${line//@IN@/$dirs}
         echo "### $attn $line" >>"$log"
-        local envs=
-        case "$line" in ATTN_FAIL_ALLOC=*) envs=${line%% *} line=${line#* } ;; esac
-        # shellcheck disable=SC2086
-        env $envs $vg "$attn" $line >"$part" 2>&1
+        env "${envs[@]}" "${vg[@]}" "$attn" "${args[@]}" >"$part" 2>&1
         local rc=$?
         cat "$part" >>"$log"
         echo "### exit status $rc" >>"$log"
+        # attn refuses with 1 (a failure) or 2 (a usage error): only those count as clean. 9 is
+        # valgrind's error exit and 0 a bad invocation accepted; any other status (126/127: nothing
+        # ran; 128+n: a signal; or valgrind's own complaint in the log) is a run that did not happen
+        # as it should, and fails the target too.
         local verdict=clean
         if [ "$rc" -eq 9 ]; then
             verdict=ERRORS
@@ -250,15 +271,20 @@ EOF
         elif [ "$rc" -eq 0 ]; then
             verdict=ACCEPTED
             accepted=$((accepted + 1))
+        elif { [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; } ||
+            grep -qE '^valgrind:|^==[0-9]+== (FATAL|Fatal|valgrind:)' "$part"; then
+            verdict=FAILED
+            failed=$((failed + 1))
         fi
         local msg
         msg=$(grep -v '^==' "$part" | grep -m 1 . || true)
-        printf '%-6s %-9s %s\n       %s\n' "$rc" "$verdict" "${envs:+$envs }${line:-(no arguments)}" "${msg:-(no message)}"
+        printf '%-6s %-9s %s\n       %s\n' "$rc" "$verdict" "${envs[*]:+${envs[*]} }${line:-(no arguments)}" "${msg:-(no message)}"
     done <"$list"
     rm -f "$out/.run.log"
     echo
-    echo "leakcheck: $runs runs, $leaks with valgrind errors or leaks, $accepted bad invocations accepted (log: $log)"
-    [ "$leaks" -eq 0 ] && [ "$accepted" -eq 0 ] || return 1
+    echo "leakcheck: $runs runs, $leaks with valgrind errors or leaks, $accepted bad invocations accepted," \
+        "$failed that did not run as they should (log: $log)"
+    [ "$leaks" -eq 0 ] && [ "$accepted" -eq 0 ] && [ "$failed" -eq 0 ] || return 1
 }
 
 case "$mode" in
