@@ -74,6 +74,22 @@ static void expect_victim_kept_and_clean(const char *dir) {
     rmdir(dir);
 }
 
+/* A new folder from the template in dir, and path = dir/in.csv opened for writing, its header written */
+static FILE *temp_dir_and_report_csv(char *dir, char *path, size_t cap) {
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, cap, "%s/in.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(HEADER, f);
+    return f;
+}
+
+/* A new folder from the template in dir (mkdtemp), and csv = dir/b.csv */
+static void temp_dir_and_csv(char *dir, char *csv, size_t cap) {
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(csv, cap, "%s/b.csv", dir);
+}
+
 Test(bench, bad_flags_exit_2_naming_what_they_take) {
     EXPECT_BAD("--batch 0", "--batch must be an integer from 1 to 1048576 (got '0')");
     EXPECT_BAD("--heads x", "--heads must be an integer from 1 to 1048576 (got 'x')");
@@ -133,8 +149,7 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
 
 Test(bench, cpu_only_sweep_writes_one_checked_row_per_stage_and_point) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(csv, sizeof csv, "%s/b.csv", dir);
+    temp_dir_and_csv(dir, csv, sizeof csv);
     snprintf(args, sizeof args, SWEEP " --commit t1 --csv %s", csv);
     cr_assert_eq(bench(args), 0, "%s", out);
     expect_sweep_rows(csv, "t1");
@@ -165,8 +180,7 @@ Test(bench, csv_is_never_written_through_a_planted_file) {
 
 Test(bench, two_runs_on_one_path_leave_one_whole_csv) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[2048], csv[600];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(csv, sizeof csv, "%s/b.csv", dir);
+    temp_dir_and_csv(dir, csv, sizeof csv);
     snprintf(cmd, sizeof cmd, "%s " SWEEP " --commit ra --csv %s & %s " SWEEP " --commit rb --csv %s & wait",
              bench_bin(), csv, bench_bin(), csv);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
@@ -193,8 +207,7 @@ Test(bench, unwritable_csv_exits_1_and_leaves_nothing) {
 /* bench/report.sh merge, which make bench runs after attn-bench: the same rule for its output. */
 Test(bench, report_merge_is_never_written_through_a_planted_file) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], cmd[2048];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(csv, sizeof csv, "%s/b.csv", dir);
+    temp_dir_and_csv(dir, csv, sizeof csv);
     snprintf(cmd, sizeof cmd, "%s " SWEEP " --commit t3 --csv %s", bench_bin(), csv);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     plant_link(dir, "m.csv.tmp");
@@ -305,8 +318,7 @@ Test(bench, csv_path_is_tried_before_the_sweep) {
 /* --commit goes into the CSV cleaned as peers.py cleans it: a comma or newline would break the row. */
 Test(bench, commit_is_cleaned_for_the_csv) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[1024];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(csv, sizeof csv, "%s/b.csv", dir);
+    temp_dir_and_csv(dir, csv, sizeof csv);
     snprintf(args, sizeof args, TINY " --csv %s --commit ' a,b|c\"d\n  e\t'", csv);
     cr_assert_eq(bench(args), 0, "%s", out);
     char *text = slurp(csv);
@@ -351,11 +363,7 @@ Test(bench, report_merge_refuses_what_is_not_a_file) {
  * are skipped with a warning, and not merged. */
 Test(bench, report_skips_malformed_rows) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/in.csv", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(HEADER, f);
+    FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
     fputs("g,d,c,01,good,1,2,64,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
     fputs("g,d,c,01,badN,1,2,6x4,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
     fputs("g,d,c,01,badms,1,2,128,16,0,fp16,ok,fast,0.1,0,0,0.0002,pass,5,-,\n", f);
@@ -379,11 +387,7 @@ Test(bench, report_plots_never_run_what_a_csv_holds) {
     if (run_cmd("command -v gnuplot", out, sizeof out) != 0)
         cr_skip_test("gnuplot not found: plots not tested");
     char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[4096];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/in.csv", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(HEADER, f);
+    FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
     fprintf(f,
             "G`touch %s/p1`,d`touch %s/p2`,`touch %s/p3`,01,x'.system('touch %s/p4').',1,4,64,16,0,fp16,ok,"
             "1.5,0.1,0,0,0.0002,pass,5,-,\n",
