@@ -10,6 +10,7 @@
 
 #include "fa2_internal.h"
 #include "fa2_traits.cuh"
+#include "outputs_apart.h"
 
 #define FA2_LOG2E 1.4426950408889634f
 
@@ -32,30 +33,14 @@ static fa2_status fa2_refuse_got(fa2_failure *f, fa2_status s, const char *what,
     return fa2_refuse(f, s, what, why);
 }
 
-/* [a, a + na) and [b, b + nb) share a byte */
-static int fa2_overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
-    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + nb && y < x + na;
-}
-
 static int fa2_aligned(const void *ptr, uintptr_t bytes) { return ((uintptr_t)ptr & (bytes - 1)) == 0; }
 
-/* The outputs must not share memory with anything else: o with q, k or v races (other blocks still read
- * the keys and values this block's O overwrites), and lse with any of them likewise. q, k and v may
- * overlap each other (they are only read). */
+/* Outputs overlapping inputs or each other (outputs_apart.h). */
 static fa2_status fa2_check_overlap(const fa2_args *a, fa2_failure *f) {
-    const uint64_t bytes = (uint64_t)(a->B * a->H * a->N * a->D) * 2u,
-                   lse_bytes = (uint64_t)(a->B * a->H * a->N) * 4u;
-    const char *why = "an output must not share memory with an input or with the other output";
-    if (fa2_overlap(a->o, bytes, a->q, bytes)) return fa2_refuse(f, FA2_EINVAL, "o and q", why);
-    if (fa2_overlap(a->o, bytes, a->k, bytes)) return fa2_refuse(f, FA2_EINVAL, "o and k", why);
-    if (fa2_overlap(a->o, bytes, a->v, bytes)) return fa2_refuse(f, FA2_EINVAL, "o and v", why);
-    if (a->lse == NULL) return FA2_OK;
-    if (fa2_overlap(a->lse, lse_bytes, a->q, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and q", why);
-    if (fa2_overlap(a->lse, lse_bytes, a->k, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and k", why);
-    if (fa2_overlap(a->lse, lse_bytes, a->v, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and v", why);
-    if (fa2_overlap(a->lse, lse_bytes, a->o, bytes)) return fa2_refuse(f, FA2_EINVAL, "lse and o", why);
-    return FA2_OK;
+    const void *const ptr[5] = {a->q, a->k, a->v, a->o, a->lse};
+    const char *pair = attn_overlapping_outputs(ptr, (uint64_t)(a->B * a->H * a->N * a->D) * 2u,
+                                                (uint64_t)(a->B * a->H * a->N) * 4u);
+    return pair ? fa2_refuse(f, FA2_EINVAL, pair, ATTN_OVERLAP_WHY) : FA2_OK;
 }
 
 extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {

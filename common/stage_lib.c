@@ -7,28 +7,10 @@
 #ifdef ATTN_HAVE_CUDA
 #include <math.h>
 
+#include "outputs_apart.h"
 #include "stage_lib.h"
 
 static const char *const arg_name[5] = {"q", "k", "v", "o", "lse"};
-
-/* [a, a + na) and [b, b + nb) share a byte */
-static int overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
-    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + nb && y < x + na;
-}
-
-/* o with q, k or v races (other blocks still read what this block's O overwrites); lse likewise, and
- * with o. q, k and v may share memory (they are only read: q == k is self-attention). */
-static attn_status check_outputs_apart(const void *const ptr[5], uint64_t bytes, uint64_t lse_bytes) {
-    for (int out = 3; out < 5; out++)
-        for (int in = 0; in < out; in++)
-            if (overlap(ptr[out], out == 4 ? lse_bytes : bytes, ptr[in], bytes))
-                return attn_fail(ATTN_EINVAL,
-                                 "%s and %s: an output must not share memory with an input or with the "
-                                 "other output",
-                                 arg_name[out], arg_name[in]);
-    return ATTN_OK;
-}
 
 static attn_status check_args(const void *const ptr[5], const int64_t size[4], int causal, float scale,
                               int dtype) {
@@ -53,7 +35,9 @@ static attn_status check_args(const void *const ptr[5], const int64_t size[4], i
     if (B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D)
         return attn_fail(ATTN_EINVAL, "B*H*N*D: overflows 64 bits (B=%lld H=%lld N=%lld D=%lld)",
                          (long long)B, (long long)H, (long long)N, (long long)D);
-    return check_outputs_apart(ptr, (uint64_t)(B * H * N * D) * 2u, (uint64_t)(B * H * N) * 4u);
+    const char *pair =
+        attn_overlapping_outputs(ptr, (uint64_t)(B * H * N * D) * 2u, (uint64_t)(B * H * N) * 4u);
+    return pair ? attn_fail(ATTN_EINVAL, "%s: " ATTN_OVERLAP_WHY, pair) : ATTN_OK;
 }
 
 /* Device memory of the current device, or managed memory: host memory would fault in the kernel (or be

@@ -166,7 +166,8 @@ typedef struct {
     const char *name;
     forward_fn forward;
     const char *(*last_error)(void);
-    int needs_sm90;
+    const char
+        *stage; /* the registry's id: a GPU test skips, with the registry's reason, where it cannot run */
 } library;
 
 static int fa2_as_library(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,
@@ -175,11 +176,11 @@ static int fa2_as_library(const void *q, const void *k, const void *v, void *o, 
     return (int)fa2_forward(q, k, v, o, lse, B, H, N, D, causal, scale, (fa2_dtype)dtype, stream);
 }
 
-static const library FA2 = {"fa2", fa2_as_library, fa2_last_error, 0};
+static const library FA2 = {"fa2", fa2_as_library, fa2_last_error, "06"};
 static const library STAGE_LIBS[3] = {
-    {"tma_wgmma", tma_wgmma_forward, tma_wgmma_last_error, 1},
-    {"warp_specialized", warp_specialized_forward, warp_specialized_last_error, 1},
-    {"overlap", overlap_forward, overlap_last_error, 1}};
+    {"tma_wgmma", tma_wgmma_forward, tma_wgmma_last_error, "07"},
+    {"warp_specialized", warp_specialized_forward, warp_specialized_last_error, "08"},
+    {"overlap", overlap_forward, overlap_last_error, "09"}};
 
 /* The library's forward with B = 2, H = 3, fp16; with a probe, cudaGetLastError() read right after it */
 static int forward_probed(const library *lib, const void *q, const void *k, const void *v, void *o,
@@ -379,16 +380,10 @@ Test(stage_lib_api, fake_pointers_are_refused_for_what_they_are) {
     }
 }
 
-/* The Hopper stages run on sm_90 only */
-#define SKIP_WITHOUT_SM90()                                                                                  \
+/* Skips the test unless every stage library can run here (sm_90), saying why as the registry does */
+#define SKIP_UNLESS_STAGE_LIBS_RUN()                                                                         \
     do {                                                                                                     \
-        SKIP_WITHOUT_GPU();                                                                                  \
-        int dev_ = 0, major_ = 0, minor_ = 0;                                                                \
-        cudaGetDevice(&dev_);                                                                                \
-        cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_);                            \
-        cudaDeviceGetAttribute(&minor_, cudaDevAttrComputeCapabilityMinor, dev_);                            \
-        if (major_ != 9 || minor_ != 0)                                                                      \
-            cr_skip_test("needs an sm_90 GPU (this one is sm_%d%d)", major_, minor_);                        \
+        for (int i_ = 0; i_ < 3; i_++) SKIP_UNLESS_RUNNABLE(attn_find_stage(STAGE_LIBS[i_].stage));          \
     } while (0)
 
 Test(stage_lib_api, refuses_host_memory) {
@@ -411,7 +406,7 @@ Test(stage_lib_api, refuses_host_memory) {
 /* Results against the double reference at odd N, causal and not, every supported head dim; the first
  * call of each with an error planted in cudaGetLastError(), which must come back unreported and kept. */
 Test(stage_lib_api, results_are_right_and_an_earlier_error_is_kept) {
-    SKIP_WITHOUT_SM90();
+    SKIP_UNLESS_STAGE_LIBS_RUN();
     static const int64_t dims[3] = {64, 128, 256};
     for (int i = 0; i < 3; i++)
         for (int d = 0; d < 3; d++)
@@ -435,21 +430,21 @@ Test(stage_lib_api, results_are_right_and_an_earlier_error_is_kept) {
 /* scale = 0 is uniform attention in every library (fa2.h, stage_lib.h): each row of O is the mean of
  * the V rows it sees (all N, or 0..i when causal) and its LSE is the log of their count. */
 static void check_uniform_attention(const library *lib, int64_t N, int64_t D, int causal) {
-    const size_t elems = (size_t)2 * 3 * N * D, bytes = elems * 2, rows = (size_t)2 * 3 * N;
-    uint16_t *hv = malloc(bytes), *ho = malloc(bytes);
+    const attn_problem p = attn_problem_make(2, 3, N, D, causal);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 90 + (uint64_t)N, ATTN_INIT_NORMAL), ATTN_OK, "%s",
+                 attn_last_error());
+    const size_t bytes = (size_t)attn_qkv_elems(&p) * 2, rows = (size_t)attn_rows(&p);
+    const uint16_t *hv = in.v;
+    uint16_t *ho = malloc(bytes);
     float *hlse = malloc(rows * 4);
-    cr_assert(hv && ho && hlse);
-    uint64_t s = 12345 + (uint64_t)N;
-    for (size_t i = 0; i < elems; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        hv[i] = attn_f2h((float)((double)(s >> 40) / (double)(1u << 24) * 2.0 - 1.0));
-    }
+    cr_assert(ho && hlse);
     void *q, *v, *o;
     float *lse;
     cr_assert(!cudaMalloc(&q, bytes) && !cudaMalloc(&v, bytes) && !cudaMalloc(&o, bytes) &&
               !cudaMalloc((void **)&lse, rows * 4));
     cr_assert(!cudaMemcpy(v, hv, bytes, cudaMemcpyHostToDevice) &&
-              !cudaMemcpy(q, hv, bytes, cudaMemcpyHostToDevice) && !cudaMemset(o, 0xff, bytes) &&
+              !cudaMemcpy(q, in.q, bytes, cudaMemcpyHostToDevice) && !cudaMemset(o, 0xff, bytes) &&
               !cudaMemset(lse, 0xff, rows * 4));
     const int rc = lib->forward(q, q, v, o, lse, 2, 3, N, D, causal, 0.f, 0, 0);
     cr_assert_eq(rc, 0, "%s scale 0: %s", lib->name, lib->last_error());
@@ -472,13 +467,14 @@ static void check_uniform_attention(const library *lib, int64_t N, int64_t D, in
                       (long long)c, got, mean);
         }
     }
-    cudaFree(q), cudaFree(v), cudaFree(o), cudaFree(lse), free(hv), free(ho), free(hlse);
+    cudaFree(q), cudaFree(v), cudaFree(o), cudaFree(lse), free(ho), free(hlse);
+    attn_inputs_free(&in);
 }
 
 Test(stage_lib_api, scale_zero_is_uniform_attention) {
     SKIP_WITHOUT_GPU();
     for (int causal = 0; causal <= 1; causal++) check_uniform_attention(&FA2, 131, 64, causal);
-    SKIP_WITHOUT_SM90();
+    SKIP_UNLESS_STAGE_LIBS_RUN();
     for (int i = 0; i < 3; i++)
         for (int causal = 0; causal <= 1; causal++) check_uniform_attention(&STAGE_LIBS[i], 131, 64, causal);
 }
