@@ -9,7 +9,7 @@
 #   make sanitize [SANITIZE_QUICK=1]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
 #                                     every GPU stage (on the GPU machine), SANITIZE_JOBS in parallel;
 #                                     logs in build/sanitize/<tool>-<stage>-d<D>/
-#                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ...",
+#                                     (SANITIZE_TOOLS="memcheck ...", SANITIZE_STAGES="03 ..." or "03,04",
 #                                     SANITIZE_DIMS="64 128", SANITIZE_SEQS="1 17" and
 #                                     SANITIZE_DTYPES="fp16" narrow it; SANITIZE_OUT=dir keeps
 #                                     two runs apart, e.g. one stage set per GPU;

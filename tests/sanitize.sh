@@ -7,7 +7,8 @@
 #                                fp16 and (where --list shows the stage takes it) bf16.
 #                                SANITIZE_QUICK=1: N in {17, 1000}, D in {64, the smallest}.
 #                                SANITIZE_TOOLS / SANITIZE_STAGES / SANITIZE_DIMS / SANITIZE_SEQS
-#                                (space-separated) narrow the set.
+#                                (lists separated by spaces or commas, as ATTN_TEST_STAGES) narrow
+#                                the set.
 #                                One log per (tool, stage) in $SANITIZE_DIR; a summary table; exit 1
 #                                if any run reports errors or fails.
 #   sanitize.sh plan ATTN        print the (tool, stage, D) triples that `compute` would cover, one a
@@ -26,6 +27,11 @@ out=${SANITIZE_DIR:-build/sanitize}
 die() {
     echo "error: $*" >&2
     exit 2
+}
+
+# A list from the environment, commas or spaces between items: "07,08" and "07 08" name the same.
+list_of() {
+    printf '%s\n' "$1" | tr ',' ' '
 }
 
 [ -x "$attn" ] || die "$attn not found or not executable (run make first)"
@@ -49,7 +55,7 @@ stage_dims() {
     fi
     if [ -n "${SANITIZE_DIMS:-}" ]; then
         local d keep=""
-        for d in $SANITIZE_DIMS; do
+        for d in $(list_of "$SANITIZE_DIMS"); do
             printf '%s\n' $all | grep -qx "$d" && keep="$keep $d"
         done
         dims=$keep
@@ -60,7 +66,7 @@ stage_dims() {
 gpu_stages() {
     local stages
     stages=$("$attn" --list-ids gpu) || die "$attn --list-ids gpu failed"
-    [ -n "${SANITIZE_STAGES:-}" ] && stages=$SANITIZE_STAGES
+    [ -n "${SANITIZE_STAGES:-}" ] && stages=$(list_of "$SANITIZE_STAGES")
     [ -n "$stages" ] || die "$attn --list-ids gpu names no GPU stage"
     printf '%s\n' $stages
 }
@@ -70,7 +76,7 @@ run_plan() {
     stages=$(gpu_stages) || exit 2
     for s in $stages; do
         dims=$(stage_dims "$s") || exit 2
-        for t in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+        for t in $(list_of "${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}"); do
             for d in $dims; do plan="$plan$t $s $d
 "; done
         done
@@ -93,10 +99,11 @@ run_compute() {
 
     local stages
     stages=$(gpu_stages) || exit 2
-    local tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
+    local tools
+    tools=$(list_of "${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}")
     local seqs="1 17 129 1000"
     [ "${SANITIZE_QUICK:-0}" = 1 ] && seqs="17 1000"
-    [ -n "${SANITIZE_SEQS:-}" ] && seqs=$SANITIZE_SEQS
+    [ -n "${SANITIZE_SEQS:-}" ] && seqs=$(list_of "$SANITIZE_SEQS")
     local limit=${SANITIZE_TIMEOUT:-600}
     local tmo=""
     command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"
@@ -114,7 +121,7 @@ run_compute() {
             # bf16 too where the stage takes it (its own conversions and packing): --list's dtype column
             local dtypes=fp16
             "$attn" --list | awk -v s="$s" '$1 == s' | grep -q 'fp16,bf16' && dtypes="fp16 bf16"
-            [ -n "${SANITIZE_DTYPES:-}" ] && dtypes=$SANITIZE_DTYPES
+            [ -n "${SANITIZE_DTYPES:-}" ] && dtypes=$(list_of "$SANITIZE_DTYPES")
             : >"$log"
             for n in $seqs; do
                 for d in $dims; do
