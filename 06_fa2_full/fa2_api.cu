@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "device_memory.h"
 #include "fa2_internal.h"
 #include "fa2_traits.cuh"
 #include "outputs_apart.h"
@@ -113,34 +114,20 @@ extern "C" fa2_status fa2_validate_and_launch(const fa2_args *a, cudaStream_t st
     return s != FA2_OK ? s : fa2_launch_checked(a, stream, f);
 }
 
-/* q, k, v, o (and lse) must be memory the current device can read: cudaMalloc'd on it, or managed.
- * Host memory (malloc, or cudaMallocHost) would fault in the kernel, or be read over the bus. */
+/* q, k, v, o (and lse) must be memory the current device can read (device_memory.h). */
 static fa2_status fa2_check_device_memory(const fa2_args *a, fa2_failure *f) {
-    const void *ptr[5] = {a->q, a->k, a->v, a->o, a->lse};
-    const char *name[5] = {"q", "k", "v", "o", "lse"};
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    for (int i = 0; i < 5 && e == cudaSuccess; ++i) {
-        if (ptr[i] == NULL) continue; /* only lse may be NULL here */
-        cudaPointerAttributes at;
-        e = cudaPointerGetAttributes(&at, ptr[i]);
-        if (e == cudaErrorInvalidValue) { /* older runtimes: a pointer they never saw */
-            (void)cudaGetLastError();
-            return fa2_refuse(f, FA2_EINVAL, name[i],
-                              "not memory the CUDA runtime knows (need device memory)");
-        }
-        if (e != cudaSuccess) break;
-        if (at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered)
-            return fa2_refuse(f, FA2_EINVAL, name[i],
-                              "host memory; fa2_forward needs device or managed memory");
-        if (at.type == cudaMemoryTypeDevice && at.device != dev)
-            return fa2_refuse(f, FA2_EINVAL, name[i], "memory of another device than the current one");
+    static const char *const name[5] = {"q", "k", "v", "o", "lse"};
+    const void *const ptr[5] = {a->q, a->k, a->v, a->o, a->lse}; /* only lse may be NULL here */
+    attn_memory_report r;
+    switch (attn_device_memory(ptr, 5, &r)) {
+    case ATTN_MEMORY_READABLE: return FA2_OK;
+    case ATTN_MEMORY_UNKNOWN: return fa2_refuse(f, FA2_EINVAL, name[r.index], ATTN_MEMORY_UNKNOWN_WHY);
+    case ATTN_MEMORY_HOST: return fa2_refuse(f, FA2_EINVAL, name[r.index], ATTN_MEMORY_HOST_WHY);
+    case ATTN_MEMORY_OTHER_DEVICE:
+        snprintf(f->got, sizeof f->got, "device %d, current %d", r.device, r.current);
+        return fa2_refuse(f, FA2_EINVAL, name[r.index], ATTN_MEMORY_OTHER_WHY);
+    default: f->cuda = r.error; return fa2_refuse(f, FA2_ECUDA, NULL, ATTN_MEMORY_NO_ANSWER_WHY);
     }
-    if (e == cudaSuccess) return FA2_OK;
-    (void)cudaGetLastError(); /* reported through the status: leave no trace for the caller */
-    f->cuda = e;
-    return fa2_refuse(f, FA2_ECUDA, NULL,
-                      "cannot ask the CUDA runtime about the pointers (no usable device?)");
 }
 
 extern "C" const char *fa2_failure_message(const fa2_failure *f, char *buf, size_t cap) {

@@ -7,6 +7,7 @@
 #ifdef ATTN_HAVE_CUDA
 #include <math.h>
 
+#include "device_memory.h"
 #include "outputs_apart.h"
 #include "stage_lib.h"
 
@@ -40,32 +41,20 @@ static attn_status check_args(const void *const ptr[5], const int64_t size[4], i
     return pair ? attn_fail(ATTN_EINVAL, "%s: " ATTN_OVERLAP_WHY, pair) : ATTN_OK;
 }
 
-/* Device memory of the current device, or managed memory: host memory would fault in the kernel (or be
- * read over the bus), another device's would be read over the bus or fault. ATTN_ECUDA when the
- * runtime cannot answer at all (no usable device), which is not the caller's argument's fault. */
+/* Memory the current device can read (device_memory.h); ATTN_ECUDA when the runtime cannot answer
+ * at all (no usable device), which is not the caller's argument's fault. */
 static attn_status check_device_memory(const void *const ptr[5]) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    for (int i = 0; i < 5 && e == cudaSuccess; i++) {
-        struct cudaPointerAttributes at;
-        e = cudaPointerGetAttributes(&at, ptr[i]);
-        if (e == cudaErrorInvalidValue) { /* older runtimes: a pointer they never saw */
-            (void)cudaGetLastError();
-            return attn_fail(ATTN_EINVAL, "%s: not memory the CUDA runtime knows (need device memory)",
-                             arg_name[i]);
-        }
-        if (e != cudaSuccess) break;
-        if (at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered)
-            return attn_fail(ATTN_EINVAL, "%s: host memory; the stage needs device or managed memory",
-                             arg_name[i]);
-        if (at.type == cudaMemoryTypeDevice && at.device != dev)
-            return attn_fail(ATTN_EINVAL, "%s: memory of device %d, not of the current device %d",
-                             arg_name[i], at.device, dev);
+    attn_memory_report r;
+    switch (attn_device_memory(ptr, 5, &r)) {
+    case ATTN_MEMORY_READABLE: return ATTN_OK;
+    case ATTN_MEMORY_UNKNOWN:
+        return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_UNKNOWN_WHY, arg_name[r.index]);
+    case ATTN_MEMORY_HOST: return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_HOST_WHY, arg_name[r.index]);
+    case ATTN_MEMORY_OTHER_DEVICE:
+        return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_OTHER_WHY " (got device %d, current %d)",
+                         arg_name[r.index], r.device, r.current);
+    default: return attn_fail(ATTN_ECUDA, ATTN_MEMORY_NO_ANSWER_WHY ": %s", cudaGetErrorString(r.error));
     }
-    if (e == cudaSuccess) return ATTN_OK;
-    (void)cudaGetLastError(); /* reported through the status: leave no trace for the caller */
-    return attn_fail(ATTN_ECUDA, "cannot ask the CUDA runtime about the pointers (no usable device?): %s",
-                     cudaGetErrorString(e));
 }
 
 static int lib_status(attn_status s) {

@@ -1,0 +1,60 @@
+/*
+ * device_memory.h: may a kernel on the current device read and write these pointers? Device memory of
+ * the current device, or managed memory: yes. Host memory (malloc, or cudaMallocHost) would fault in
+ * the kernel or be read over the bus; another device's memory likewise. Used by stage 06's fa2_forward
+ * (fa2_api.cu) and by the stage libraries' NAME_forward (stage_lib.c), so that both ask the runtime
+ * the same questions and refuse in the same words; each maps the verdict to its own status.
+ */
+#ifndef ATTN_DEVICE_MEMORY_H
+#define ATTN_DEVICE_MEMORY_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#define ATTN_MEMORY_UNKNOWN_WHY "not memory the CUDA runtime knows (need device memory)"
+#define ATTN_MEMORY_HOST_WHY "host memory (need device or managed memory)"
+#define ATTN_MEMORY_OTHER_WHY "memory of another device than the current one"
+#define ATTN_MEMORY_NO_ANSWER_WHY "cannot ask the CUDA runtime about the pointers (no usable device?)"
+
+typedef enum {
+    ATTN_MEMORY_READABLE,     /* every pointer: the current device's, or managed */
+    ATTN_MEMORY_UNKNOWN,      /* one the runtime never saw (older runtimes answer so for malloc) */
+    ATTN_MEMORY_HOST,         /* host memory, pinned or not */
+    ATTN_MEMORY_OTHER_DEVICE, /* another device's memory */
+    ATTN_MEMORY_NO_ANSWER     /* the runtime cannot answer (no usable device): not the caller's fault */
+} attn_memory_verdict;
+
+typedef struct {
+    int index;         /* the pointer the verdict is about (the first one refused) */
+    int device;        /* for ATTN_MEMORY_OTHER_DEVICE: whose memory it is */
+    int current;       /* the current device */
+    cudaError_t error; /* for ATTN_MEMORY_NO_ANSWER: the runtime's error */
+} attn_memory_report;
+
+/* ptr[0..n-1], NULL entries skipped (an optional output). The runtime is left without an error: a
+ * failed query is reported through the verdict, never through a later call's cudaGetLastError. */
+static inline attn_memory_verdict attn_device_memory(const void *const ptr[], int n, attn_memory_report *r) {
+    r->index = -1;
+    r->device = r->current = 0;
+    r->error = cudaGetDevice(&r->current);
+    for (int i = 0; i < n && r->error == cudaSuccess; i++) {
+        if (ptr[i] == NULL) continue;
+        struct cudaPointerAttributes at;
+        r->error = cudaPointerGetAttributes(&at, ptr[i]);
+        r->index = i;
+        if (r->error == cudaErrorInvalidValue) {
+            (void)cudaGetLastError();
+            r->error = cudaSuccess;
+            return ATTN_MEMORY_UNKNOWN;
+        }
+        if (r->error != cudaSuccess) break;
+        if (at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered) return ATTN_MEMORY_HOST;
+        r->device = at.device;
+        if (at.type == cudaMemoryTypeDevice && at.device != r->current) return ATTN_MEMORY_OTHER_DEVICE;
+    }
+    if (r->error == cudaSuccess) return ATTN_MEMORY_READABLE;
+    (void)cudaGetLastError();
+    return ATTN_MEMORY_NO_ANSWER;
+}
+
+#endif
