@@ -498,14 +498,8 @@ static attn_status launch_pairs(void (*kern)(const overlap_params), const overla
                          "stage 09: its D = 128 non-causal kernel runs in clusters of two "
                          "blocks and none fits on this GPU (stage 08 runs without clusters)");
     cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, *kp); /* this launch's error only, as hop_launch */
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return attn_fail(attn_cuda_status(e),
-                         "launching stage 09 kernel (overlap_kernel, clusters of two) failed: %s",
-                         cudaGetErrorString(e));
-    }
-    return ATTN_OK;
+    return hop_launch_status(cudaLaunchKernelEx(&cfg, kern, *kp),
+                             "stage 09 kernel (overlap_kernel, clusters of two)");
 }
 
 /* One block per SM (a block takes 152-208 KB of shared memory: one fits), never more than there are

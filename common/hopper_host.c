@@ -90,11 +90,12 @@ attn_status hop_launch(const void *kernel, dim3 grid, unsigned threads, int smem
                        void *params, const char *what) {
     void *args[1] = {params};
     dim3 block = {threads, 1, 1};
-    cudaError_t e = cudaLaunchKernel(kernel, grid, block, args, (size_t)smem_bytes, stream);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return attn_fail(attn_cuda_status(e), "launching %s failed: %s", what, cudaGetErrorString(e));
-    }
-    return ATTN_OK;
+    return hop_launch_status(cudaLaunchKernel(kernel, grid, block, args, (size_t)smem_bytes, stream), what);
+}
+
+attn_status hop_launch_status(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return ATTN_OK;
+    (void)cudaGetLastError();
+    return attn_fail(attn_cuda_status(e), "launching %s failed: %s", what, cudaGetErrorString(e));
 }
 #endif

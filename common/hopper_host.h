@@ -60,6 +60,10 @@ attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what
 attn_status hop_launch(const void *kernel, dim3 grid, unsigned threads, int smem_bytes, cudaStream_t stream,
                        void *params, const char *what);
 
+/* The status of a launch made elsewhere (stage 09's clusters: cudaLaunchKernelEx), by hop_launch's
+ * rule: e is this launch's own error; it is reported, and cleared so that no later call reports it. */
+attn_status hop_launch_status(cudaError_t e, const char *what);
+
 #ifdef __cplusplus
 }
 #endif
