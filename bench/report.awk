@@ -66,7 +66,7 @@ function numeric(s) { return s ~ /^[0-9]+$/ }
 function isfast(s) { return numeric(s) && s + 0 >= fast + 0 }
 
 # Speedups, series (stages by number, then peers as they first appear), panels and their N.
-function index_rows(   i, j, k, t, p, s, key) {
+function index_rows(   i, j, k, t, p, s, key, one) {
     for (i = 1; i <= nr; i++) {
         if (!ok(i)) continue
         p = point(i)
@@ -93,10 +93,23 @@ function index_rows(   i, j, k, t, p, s, key) {
             t = pan[j]; pan[j] = pan[j - 1]; pan[j - 1] = t; t = prow[j]; prow[j] = prow[j - 1]; prow[j - 1] = t
         }
     for (k = 1; k <= np; k++) order[k] = pidx[pan[k]]   # sorted position -> the panel's index
-    for (i = 2; i <= nall; i++) for (j = i; j > 1 && aN[j] < aN[j - 1]; j--) { t = aN[j]; aN[j] = aN[j - 1]; aN[j - 1] = t }
-    for (p = 1; p <= np; p++)
-        for (i = 2; i <= pn[p]; i++)
-            for (j = i; j > 1 && pN[p, j] < pN[p, j - 1]; j--) { t = pN[p, j]; pN[p, j] = pN[p, j - 1]; pN[p, j - 1] = t }
+    sort_numbers(aN, nall)
+    for (p = 1; p <= np; p++) {
+        for (i = 1; i <= pn[p]; i++) one[i] = pN[p, i]
+        sort_numbers(one, pn[p])
+        for (i = 1; i <= pn[p]; i++) pN[p, i] = one[i]
+    }
+}
+# A[1..n] in ascending numeric order. Shell's sort with gaps shrinking 2.2-fold: a bench has few
+# sequence lengths, but a CSV of 15,000 rows over 3000 distinct N in falling order took 16 s to
+# report with insertion sort here, 3.5 s with this (the rest is the tables themselves).
+function sort_numbers(A, n,   gap, i, j, t) {
+    for (gap = int(n / 2); gap > 0; gap = gap == 2 ? 1 : int(gap / 2.2))
+        for (i = gap + 1; i <= n; i++) {
+            t = A[i]
+            for (j = i; j > gap && A[j - gap] > t; j -= gap) A[j] = A[j - gap]
+            A[j] = t
+        }
 }
 function before(a, b) { return numeric(a) && (!numeric(b) || a + 0 < b + 0) }
 function pbefore(i, j) {

@@ -381,6 +381,32 @@ Test(bench, report_skips_malformed_rows) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
 }
 
+/* The tables list each panel's sequence lengths in rising order, whatever order the CSV has them in
+ * (a CSV is often several runs merged): 61 lengths, scrambled, in two panels, must come out sorted. */
+Test(bench, report_orders_sequence_lengths) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
+    enum { LENGTHS = 61 };
+    for (int causal = 0; causal < 2; causal++)
+        for (int i = 0; i < LENGTHS; i++) /* 37 i mod 61 visits 0..60 once each, out of order */
+            fprintf(f, "g,d,c,01,cpu,1,2,%d,16,%d,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", 1 + 37 * i % LENGTHS * 5,
+                    causal);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    int rows = 0, last = 0;
+    for (const char *p = out; (p = strstr(p, " 01 cpu ")); p++) {
+        const char *line = p;
+        while (line > out && line[-1] != '\n') line--;
+        const int n = atoi(line);
+        cr_assert_gt(n, rows % LENGTHS ? last : 0, "N = %d after %d in\n%s", n, last, out);
+        last = n, rows++;
+    }
+    cr_assert_eq(rows, 2 * LENGTHS, "%s", out);
+    snprintf(cmd, sizeof cmd, "rm %s && rmdir %s", path, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
 /* report.sh plots puts the CSV's gpu, date, commit and names and the output folder into a gnuplot
  * script: a backquote there ran a shell command, a quote let a name call system(). None may run. */
 Test(bench, report_plots_never_run_what_a_csv_holds) {
