@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,104 +199,94 @@ static int given_twice(const char *a, unsigned *seen) {
     return 0;
 }
 
-/* Parses argv into *c. Returns -1 to go on, or the exit status (0 after --help and the lists). */
-static int parse_args(int argc, char **argv, cli *c) {
-    unsigned seen = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (given_twice(a, &seen)) return EXIT_USAGE;
-#define NEED_VALUE()                                                                                \
-    do {                                                                                            \
-        if (!val) return bad("%s needs a value", a);                                                \
-        i++;                                                                                        \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--list")) {
-            list_stages();
-            return 0;
-        } else if (!strcmp(a, "--list-ids")) {
-            const char *w = (val && val[0] != '-') ? argv[++i] : "all";
-            if (strcmp(w, "gpu") && strcmp(w, "cpu") && strcmp(w, "all"))
-                return bad("--list-ids takes gpu, cpu or all (got '%s')", w);
-            for (int s = 0; s < attn_num_stages; s++)
-                if (!strcmp(w, "all") || (!strcmp(w, "gpu")) == attn_stages[s].on_gpu)
-                    printf("%s\n", attn_stages[s].id);
-            return 0;
-        } else if (!strcmp(a, "--list-dims")) {
-            NEED_VALUE();
-            const attn_stage *s = attn_find_stage(val);
-            if (!s) return bad("--list-dims: unknown stage '%s' (see --list)", val);
-            for (int d = 0; d < attn_num_test_dims; d++)
-                if (s->supports_dim(attn_test_dims[d])) printf("%d\n", attn_test_dims[d]);
-            return 0;
-        } else if (!strcmp(a, "--stage")) {
-            NEED_VALUE();
-            c->stage_key = val;
-        } else if (!strcmp(a, "--batch") || !strcmp(a, "--heads") || !strcmp(a, "--seq") || !strcmp(a, "--dim")) {
-            NEED_VALUE();
-            long long *v = a[2] == 'b' ? &c->B : a[2] == 'h' ? &c->H : a[2] == 's' ? &c->N : &c->D;
-            long long hi = a[2] == 'b' ? ATTN_MAX_B : a[2] == 'h' ? ATTN_MAX_H : a[2] == 's' ? ATTN_MAX_N : ATTN_MAX_D;
-            if (parse_i64(a, val, 1, hi, v)) return EXIT_USAGE;
-            if (!c->shape_flag) c->shape_flag = a;
-        } else if (!strcmp(a, "--seed")) {
-            NEED_VALUE();
-            if (parse_i64("--seed", val, 0, LLONG_MAX, &c->seed)) return EXIT_USAGE;
-            c->seed_given = 1;
-        } else if (!strcmp(a, "--repeat")) {
-            NEED_VALUE();
-            if (parse_i64("--repeat", val, 1, 100000, &c->repeat)) return EXIT_USAGE;
-        } else if (!strcmp(a, "--warmup")) {
-            NEED_VALUE();
-            if (parse_i64("--warmup", val, 0, 1000, &c->warmup)) return EXIT_USAGE;
-        } else if (!strcmp(a, "--gpus")) {
-            NEED_VALUE();
-            if (parse_i64("--gpus", val, 1, ATTN_MAX_GPUS, &c->gpus)) return EXIT_USAGE;
-        } else if (!strcmp(a, "--check-rows")) {
-            NEED_VALUE();
-            if (parse_i64("--check-rows", val, 0, 1000000, &c->check_rows)) return EXIT_USAGE;
-            c->check_rows_given = 1;
-        } else if (!strcmp(a, "--scale")) {
-            NEED_VALUE();
-            char *end = NULL;
-            errno = 0;
-            c->scale = strtod(val, &end);
-            if (!*val || *end || errno == ERANGE || !isfinite(c->scale) || c->scale == 0.0 ||
-                fabs(c->scale) > 3.4e38 || fabs(c->scale) < 1.2e-38)
-                return bad("--scale must be a finite non-zero number within float range (got '%s')", val);
-            c->have_scale = 1;
-        } else if (!strcmp(a, "--dtype")) {
-            NEED_VALUE();
-            if (!strcmp(val, "fp16")) c->dtype = ATTN_F16;
-            else if (!strcmp(val, "bf16")) c->dtype = ATTN_BF16;
-            else return bad("--dtype must be fp16 or bf16 (got '%s')", val);
-        } else if (!strcmp(a, "--init")) {
-            NEED_VALUE();
-            attn_init k;
-            for (k = ATTN_INIT_NORMAL; k <= ATTN_INIT_RISING; k++)
-                if (!strcmp(val, attn_init_name(k))) break;
-            if (k > ATTN_INIT_RISING)
-                return bad("--init must be normal, large, first-max or rising (got '%s')", val);
-            c->init = k;
-            c->init_flag = a;
-        } else if (!strcmp(a, "--causal")) {
-            c->causal = 1;
-        } else if (!strcmp(a, "--check")) {
-            c->check = 1;
-        } else if (!strcmp(a, "--load")) {
-            NEED_VALUE();
-            c->load_dir = val;
-        } else if (!strcmp(a, "--save")) {
-            NEED_VALUE();
-            c->save_dir = val;
-        } else {
-            return bad("unknown argument '%s' (see --help)", a);
-        }
-#undef NEED_VALUE
+/* The flags that print and exit: --help, --list, --list-ids [gpu|cpu|all], --list-dims ID. Returns the
+ * exit status, or -1 when argv[*i] is none of them; *i moves past a value taken. */
+static int run_info_flag(int argc, char **argv, int *i) {
+    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
+    if (!strcmp(a, "--list")) return list_stages(), 0;
+    if (!strcmp(a, "--list-ids")) {
+        const char *w = (val && val[0] != '-') ? argv[++*i] : "all";
+        if (strcmp(w, "gpu") && strcmp(w, "cpu") && strcmp(w, "all"))
+            return bad("--list-ids takes gpu, cpu or all (got '%s')", w);
+        for (int s = 0; s < attn_num_stages; s++)
+            if (!strcmp(w, "all") || (!strcmp(w, "gpu")) == attn_stages[s].on_gpu) printf("%s\n", attn_stages[s].id);
+        return 0;
     }
-    /* Flags that would be silently ignored are refused instead. */
+    if (strcmp(a, "--list-dims")) return -1;
+    if (!val) return bad("%s needs a value", a);
+    const attn_stage *s = attn_find_stage(val);
+    if (!s) return bad("--list-dims: unknown stage '%s' (see --list)", val);
+    for (int d = 0; d < attn_num_test_dims; d++)
+        if (s->supports_dim(attn_test_dims[d])) printf("%d\n", attn_test_dims[d]);
+    return 0;
+}
+
+/* The integer flags: where each goes and the range it takes. The first four are the shape. */
+typedef struct {
+    const char *name;
+    size_t field; /* offsetof(cli, ...) */
+    long long lo, hi;
+} int_flag;
+static const int_flag int_flags[] = {
+    {"--batch", offsetof(cli, B), 1, ATTN_MAX_B},         {"--heads", offsetof(cli, H), 1, ATTN_MAX_H},
+    {"--seq", offsetof(cli, N), 1, ATTN_MAX_N},           {"--dim", offsetof(cli, D), 1, ATTN_MAX_D},
+    {"--seed", offsetof(cli, seed), 0, LLONG_MAX},        {"--repeat", offsetof(cli, repeat), 1, 100000},
+    {"--warmup", offsetof(cli, warmup), 0, 1000},         {"--gpus", offsetof(cli, gpus), 1, ATTN_MAX_GPUS},
+    {"--check-rows", offsetof(cli, check_rows), 0, 1000000},
+};
+enum { SHAPE_FLAGS = 4, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
+
+static const int_flag *find_int_flag(const char *a) {
+    for (int f = 0; f < INT_FLAGS; f++)
+        if (!strcmp(a, int_flags[f].name)) return &int_flags[f];
+    return NULL;
+}
+
+static int parse_int_flag(cli *c, const int_flag *f, const char *val) {
+    if (parse_i64(f->name, val, f->lo, f->hi, (long long *)((char *)c + f->field))) return EXIT_USAGE;
+    if (f < int_flags + SHAPE_FLAGS && !c->shape_flag) c->shape_flag = f->name;
+    c->seed_given |= !strcmp(f->name, "--seed");
+    c->check_rows_given |= !strcmp(f->name, "--check-rows");
+    return -1;
+}
+
+/* The other flags that take a value. Returns -1 to go on, or the exit status. */
+static int parse_text_flag(cli *c, const char *a, const char *val) {
+    if (!strcmp(a, "--stage")) c->stage_key = val;
+    else if (!strcmp(a, "--load")) c->load_dir = val;
+    else if (!strcmp(a, "--save")) c->save_dir = val;
+    else if (!strcmp(a, "--scale")) {
+        char *end = NULL;
+        errno = 0;
+        c->scale = strtod(val, &end);
+        if (!*val || *end || errno == ERANGE || !isfinite(c->scale) || c->scale == 0.0 || fabs(c->scale) > 3.4e38 ||
+            fabs(c->scale) < 1.2e-38)
+            return bad("--scale must be a finite non-zero number within float range (got '%s')", val);
+        c->have_scale = 1;
+    } else if (!strcmp(a, "--dtype")) {
+        if (!strcmp(val, "fp16")) c->dtype = ATTN_F16;
+        else if (!strcmp(val, "bf16")) c->dtype = ATTN_BF16;
+        else return bad("--dtype must be fp16 or bf16 (got '%s')", val);
+    } else { /* --init */
+        attn_init k = ATTN_INIT_NORMAL;
+        while (k <= ATTN_INIT_RISING && strcmp(val, attn_init_name(k))) k++;
+        if (k > ATTN_INIT_RISING) return bad("--init must be normal, large, first-max or rising (got '%s')", val);
+        c->init = k;
+        c->init_flag = "--init";
+    }
+    return -1;
+}
+
+static int is_text_flag(const char *a) {
+    static const char *const text[] = {"--stage", "--load", "--save", "--scale", "--dtype", "--init"};
+    for (unsigned f = 0; f < sizeof text / sizeof text[0]; f++)
+        if (!strcmp(a, text[f])) return 1;
+    return 0;
+}
+
+/* Flags that would be silently ignored are refused instead. */
+static int refuse_ignored_flags(const cli *c) {
     if (c->load_dir && c->shape_flag)
         return bad("%s cannot be used with --load: the shape comes from the files ([B, H, N, D])", c->shape_flag);
     if (c->load_dir && c->init_flag) return bad("--init cannot be used with --load: the inputs come from the files");
@@ -304,6 +295,31 @@ static int parse_args(int argc, char **argv, cli *c) {
     if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
     if (!c->stage_key) return bad("--stage is required (one of the ids in --list)");
     return -1;
+}
+
+/* Parses argv into *c. Returns -1 to go on, or the exit status (0 after --help and the lists). */
+static int parse_args(int argc, char **argv, cli *c) {
+    unsigned seen = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (given_twice(a, &seen)) return EXIT_USAGE;
+        int st = run_info_flag(argc, argv, &i);
+        if (st >= 0) return st;
+        if (!strcmp(a, "--causal")) {
+            c->causal = 1;
+            continue;
+        }
+        if (!strcmp(a, "--check")) {
+            c->check = 1;
+            continue;
+        }
+        const int_flag *f = find_int_flag(a);
+        if (!f && !is_text_flag(a)) return bad("unknown argument '%s' (see --help)", a);
+        if (i + 1 >= argc) return bad("%s needs a value", a);
+        st = f ? parse_int_flag(c, f, argv[++i]) : parse_text_flag(c, a, argv[++i]);
+        if (st >= 0) return st;
+    }
+    return refuse_ignored_flags(c);
 }
 
 static const char *const save_names[2] = {"o.npy", "lse.npy"};
