@@ -128,6 +128,7 @@ attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
 
 typedef struct {
     void *q, *k, *v, *o, *ws, *flush;
+    size_t in_bytes, lse_bytes, ws_bytes; /* each of Q, K, V and O; LSE; the stage's workspace */
     size_t flush_bytes;
     float *lse;
     cudaStream_t stream;
@@ -219,8 +220,10 @@ static attn_status alloc_flush(gpu_bufs *b) {
     return ATTN_OK;
 }
 
-static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
-                            attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
+/* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply crashes
+ * when it does not fit; here the run is refused with the numbers. Sizes into b, Q, K, V uploaded (or
+ * the held copies taken), O, LSE, the stream and the events allocated; the workspace comes later. */
+static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, attn_result *res, gpu_bufs *b) {
     const attn_problem *p = &in->p;
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
@@ -231,79 +234,90 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     if (elems > 0x1p60)
         return attn_fail(ATTN_ENOMEM, "Q, K, V, O and LSE would need %.3g EiB of device memory (%.3g elements"
                          " per tensor; limit 2^60)", (4.0 * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
-    const size_t in_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
-    const size_t ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
+    b->in_bytes = (size_t)attn_qkv_elems(p) * 2, b->lse_bytes = (size_t)attn_rows(p) * 4;
+    b->ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
     st = attn_gpu_available();
     if (st != ATTN_OK)
         return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, attn_last_error());
 
-    /* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply
-     * crashes when it does not fit; here the run is refused with the numbers. */
     size_t free_b = 0, total_b = 0;
     ATTN_CUDA(cudaMemGetInfo(&free_b, &total_b));
     res->inputs_held = b->held_qkv = inputs_are_held(in);
-    const size_t io_bytes = (b->held_qkv ? 1 : 4) * in_bytes + lse_bytes; /* held: O and LSE only */
+    const size_t io_bytes = (b->held_qkv ? 1 : 4) * b->in_bytes + b->lse_bytes; /* held: O and LSE only */
     if (io_bytes > free_b)
         return attn_fail(ATTN_ENOMEM, "%s need %.2f GiB, %.2f GiB free",
                          b->held_qkv ? "O and LSE" : "Q, K, V, O and LSE", GIB(io_bytes), GIB(free_b));
-    if (ws_bytes > free_b - io_bytes)
+    if (b->ws_bytes > free_b - io_bytes)
         return attn_fail(ATTN_ENOMEM, "stage %s needs %.2f GiB for %s, %.2f GiB free", s->id,
-                         GIB(ws_bytes), s->workspace_what ? s->workspace_what : "scratch",
+                         GIB(b->ws_bytes), s->workspace_what ? s->workspace_what : "scratch",
                          GIB(free_b - io_bytes));
     if (b->held_qkv) {
         b->q = held.q, b->k = held.k, b->v = held.v;
     } else {
-        ATTN_CUDA(cudaMalloc(&b->q, in_bytes));
-        ATTN_CUDA(cudaMalloc(&b->k, in_bytes));
-        ATTN_CUDA(cudaMalloc(&b->v, in_bytes));
-        ATTN_CUDA(cudaMemcpy(b->q, in->q, in_bytes, cudaMemcpyHostToDevice));
-        ATTN_CUDA(cudaMemcpy(b->k, in->k, in_bytes, cudaMemcpyHostToDevice));
-        ATTN_CUDA(cudaMemcpy(b->v, in->v, in_bytes, cudaMemcpyHostToDevice));
+        ATTN_CUDA(cudaMalloc(&b->q, b->in_bytes));
+        ATTN_CUDA(cudaMalloc(&b->k, b->in_bytes));
+        ATTN_CUDA(cudaMalloc(&b->v, b->in_bytes));
+        ATTN_CUDA(cudaMemcpy(b->q, in->q, b->in_bytes, cudaMemcpyHostToDevice));
+        ATTN_CUDA(cudaMemcpy(b->k, in->k, b->in_bytes, cudaMemcpyHostToDevice));
+        ATTN_CUDA(cudaMemcpy(b->v, in->v, b->in_bytes, cudaMemcpyHostToDevice));
     }
-    ATTN_CUDA(cudaMalloc(&b->o, in_bytes));
-    ATTN_CUDA(cudaMalloc((void **)&b->lse, lse_bytes));
+    ATTN_CUDA(cudaMalloc(&b->o, b->in_bytes));
+    ATTN_CUDA(cudaMalloc((void **)&b->lse, b->lse_bytes));
     ATTN_CUDA(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     b->have_stream = 1;
     ATTN_CUDA(cudaEventCreate(&b->ev0));
     b->have_ev0 = 1;
     ATTN_CUDA(cudaEventCreate(&b->ev1));
     b->have_ev1 = 1;
+    return ATTN_OK;
+}
 
-    if (opt->cold_l2 && (st = alloc_flush(b)) != ATTN_OK) return st;
-
-    size_t free_before = 0, free_after = 0;
+/* The stage's workspace, after the free device memory is read into *free_before: the first run's
+ * measured extra memory is then the workspace and whatever the stage allocates itself. */
+static attn_status alloc_workspace(const attn_stage *s, gpu_bufs *b, size_t *free_before) {
+    size_t total_b = 0;
     ATTN_CUDA(cudaDeviceSynchronize());
-    ATTN_CUDA(cudaMemGetInfo(&free_before, &total_b));
-    if (ws_bytes) {
-        cudaError_t e = cudaMalloc(&b->ws, ws_bytes);
-        if (e != cudaSuccess)
-            return attn_fail(ATTN_ENOMEM, "stage %s needs %.2f GiB for %s, and allocating it failed: %s",
-                             s->id, GIB(ws_bytes), s->workspace_what, cudaGetErrorString(e));
-    }
-    res->extra_bytes = ws_bytes;
+    ATTN_CUDA(cudaMemGetInfo(free_before, &total_b));
+    if (!b->ws_bytes) return ATTN_OK;
+    cudaError_t e = cudaMalloc(&b->ws, b->ws_bytes);
+    if (e != cudaSuccess)
+        return attn_fail(ATTN_ENOMEM, "stage %s needs %.2f GiB for %s, and allocating it failed: %s", s->id,
+                         GIB(b->ws_bytes), s->workspace_what, cudaGetErrorString(e));
+    return ATTN_OK;
+}
 
-    attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream, opt->gpus};
-    /* The first run is the one that is checked: poisoned first, its output copied out. */
-    if ((st = poison(b, in_bytes, lse_bytes)) != ATTN_OK) return st;
-    if ((st = s->run(p, &a)) != ATTN_OK) return st;
+/* The first run is the one that is checked: poisoned first, its output copied out. */
+static attn_status first_run(const attn_stage *s, const attn_problem *p, const attn_args *a, size_t free_before,
+                             attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
+    size_t free_after = 0, total_b = 0;
+    attn_status st;
+    if ((st = poison(b, b->in_bytes, b->lse_bytes)) != ATTN_OK) return st;
+    if ((st = s->run(p, a)) != ATTN_OK) return st;
     ATTN_CUDA(cudaStreamSynchronize(b->stream));
     ATTN_CUDA(cudaGetLastError());
     ATTN_CUDA(cudaMemGetInfo(&free_after, &total_b));
     res->extra_measured = free_before > free_after ? free_before - free_after : 0;
-    ATTN_CUDA(cudaMemcpy(o_first, b->o, in_bytes, cudaMemcpyDeviceToHost));
-    if (s->writes_lse) ATTN_CUDA(cudaMemcpy(lse_first, b->lse, lse_bytes, cudaMemcpyDeviceToHost));
+    ATTN_CUDA(cudaMemcpy(o_first, b->o, b->in_bytes, cudaMemcpyDeviceToHost));
+    if (s->writes_lse) ATTN_CUDA(cudaMemcpy(lse_first, b->lse, b->lse_bytes, cudaMemcpyDeviceToHost));
+    return ATTN_OK;
+}
 
+/* opt->warmup untimed runs, then opt->repeat timed ones (CUDA events around each run, the output
+ * poisoned and, with cold_l2, the L2 flushed outside the window); min, median and max into res. */
+static attn_status timed_runs(const attn_stage *s, const attn_problem *p, const attn_args *a,
+                              const attn_run_opts *opt, attn_result *res, gpu_bufs *b) {
+    attn_status st = ATTN_OK;
     for (int w = 0; w < opt->warmup; w++) {
-        if ((st = s->run(p, &a)) != ATTN_OK) return st;
+        if ((st = s->run(p, a)) != ATTN_OK) return st;
     }
     float *ms = attn_alloc((size_t)(opt->repeat > 0 ? opt->repeat : 1) * sizeof(float));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
     for (int r = 0; r < opt->repeat && st == ATTN_OK; r++) {
         /* Poison outside the timed window, so every timed run writes a fresh output. */
-        if ((st = poison(b, in_bytes, lse_bytes)) != ATTN_OK) break;
+        if ((st = poison(b, b->in_bytes, b->lse_bytes)) != ATTN_OK) break;
         cudaError_t e = b->flush ? cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes, b->stream) : cudaSuccess;
         if (e == cudaSuccess) e = cudaEventRecord(b->ev0, b->stream);
-        if (e == cudaSuccess && (st = s->run(p, &a)) == ATTN_OK) e = cudaEventRecord(b->ev1, b->stream);
+        if (e == cudaSuccess && (st = s->run(p, a)) == ATTN_OK) e = cudaEventRecord(b->ev1, b->stream);
         if (e == cudaSuccess && st == ATTN_OK) e = cudaEventSynchronize(b->ev1);
         if (e == cudaSuccess && st == ATTN_OK) e = cudaEventElapsedTime(&ms[r], b->ev0, b->ev1);
         if (e != cudaSuccess && st == ATTN_OK)
@@ -321,27 +335,42 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     if (st != ATTN_OK) return st;
     ATTN_CUDA(cudaStreamSynchronize(b->stream));
     ATTN_CUDA(cudaGetLastError());
-
-    /* Bit-for-bit repeatability of the last timed run against the first (checked) one. */
-    res->identical = -1;
-    if (opt->check && res->runs > 0) {
-        const int own = !b->held_qkv; /* held inputs come with a host buffer for this copy */
-        uint16_t *o2 = own ? attn_alloc(in_bytes) : held.o2;
-        float *l2 = !s->writes_lse ? NULL : own ? attn_alloc(lse_bytes) : held.l2;
-        if (!o2 || (s->writes_lse && !l2)) {
-            if (own) free(o2), free(l2);
-            return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
-        }
-        cudaError_t e = cudaMemcpy(o2, b->o, in_bytes, cudaMemcpyDeviceToHost);
-        if (e == cudaSuccess && l2) e = cudaMemcpy(l2, b->lse, lse_bytes, cudaMemcpyDeviceToHost);
-        if (e == cudaSuccess)
-            res->identical = memcmp(o2, o_first, in_bytes) == 0 &&
-                             (!l2 || memcmp(l2, lse_first, lse_bytes) == 0);
-        if (own) free(o2), free(l2);
-        if (e != cudaSuccess)
-            return attn_fail(ATTN_ECUDA, "copying O back: %s", cudaGetErrorString(e));
-    }
     return ATTN_OK;
+}
+
+/* Bit-for-bit repeatability of the last timed run against the first (checked) one: res->identical. */
+static attn_status compare_last_run(const attn_stage *s, attn_result *res, const uint16_t *o_first,
+                                    const float *lse_first, const gpu_bufs *b) {
+    const int own = !b->held_qkv; /* held inputs come with a host buffer for this copy */
+    uint16_t *o2 = own ? attn_alloc(b->in_bytes) : held.o2;
+    float *l2 = !s->writes_lse ? NULL : own ? attn_alloc(b->lse_bytes) : held.l2;
+    if (!o2 || (s->writes_lse && !l2)) {
+        if (own) free(o2), free(l2);
+        return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
+    }
+    cudaError_t e = cudaMemcpy(o2, b->o, b->in_bytes, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && l2) e = cudaMemcpy(l2, b->lse, b->lse_bytes, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        res->identical = memcmp(o2, o_first, b->in_bytes) == 0 && (!l2 || memcmp(l2, lse_first, b->lse_bytes) == 0);
+    if (own) free(o2), free(l2);
+    if (e != cudaSuccess) return attn_fail(ATTN_ECUDA, "copying O back: %s", cudaGetErrorString(e));
+    return ATTN_OK;
+}
+
+/* One stage on the GPU: allocate, the checked first run, the timed runs, the repeatability check. */
+static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                            attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
+    size_t free_before = 0;
+    attn_status st = fit_and_allocate(s, in, res, b);
+    if (st == ATTN_OK && opt->cold_l2) st = alloc_flush(b);
+    if (st == ATTN_OK) st = alloc_workspace(s, b, &free_before);
+    if (st != ATTN_OK) return st;
+    res->extra_bytes = b->ws_bytes;
+    const attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream, opt->gpus};
+    if ((st = first_run(s, &in->p, &a, free_before, res, o_first, lse_first, b)) != ATTN_OK) return st;
+    if ((st = timed_runs(s, &in->p, &a, opt, res, b)) != ATTN_OK) return st;
+    res->identical = -1;
+    return opt->check && res->runs > 0 ? compare_last_run(s, res, o_first, lse_first, b) : ATTN_OK;
 }
 
 attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
