@@ -96,6 +96,60 @@ static attn_status row_bounds(const attn_inputs *in, const int64_t *rows, int64_
     return ATTN_OK;
 }
 
+/* What one row's tolerances are made of: the dtype's unit roundoff u, sqrt(N), the row's rounding
+ * error of the scores ds (float32 dot products of D + 16 terms of |q||k|) and its largest |v|, vm. */
+typedef struct {
+    double u, sqrtN, ds, vm;
+} row_scale;
+
+/* Element (row, d) as the worst so far. */
+static void note_worst(attn_check *c, const attn_problem *p, int64_t row, int64_t d, double ratio, double got,
+                       double want, double tol) {
+    c->worst_ratio = ratio;
+    c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
+    c->worst_n = row % p->N, c->worst_d = d;
+    c->worst_got = got, c->worst_want = want, c->worst_tol = tol;
+}
+
+/* Row `row` of O against want[0..D-1]; a non-finite element is the worst one (the first of them kept). */
+static void check_o_row(attn_check *c, const attn_problem *p, int64_t row, const uint16_t *o, const double *want,
+                        const row_scale *k, double *err2, double *ref2) {
+    for (int64_t d = 0; d < p->D; d++) {
+        const double got = (double)attn_to_f32(o[row * p->D + d], p->dtype);
+        if (!isfinite(got)) {
+            c->unwritten += o[row * p->D + d] == 0xffff;
+            if (c->nonfinite++ == 0 || c->worst_ratio < INFINITY)
+                note_worst(c, p, row, d, INFINITY, got, want[d], 0.0);
+            continue;
+        }
+        const double err = fabs(got - want[d]);
+        const double tol = 2.0 * k->u * fabs(want[d]) + 2.0 * k->u * k->vm + 2.0 * k->ds * k->vm +
+                           8.0 * k->sqrtN * U32 * k->vm + 1e-7;
+        *err2 += err * err;
+        *ref2 += want[d] * want[d];
+        if (err > c->max_abs_err) c->max_abs_err = err;
+        if (err / tol > c->worst_ratio) note_worst(c, p, row, d, err / tol, got, want[d], tol);
+    }
+}
+
+/* LSE of row `row` against want: float32 sums of up to N terms, then a log. */
+static void check_lse_row(attn_check *c, const float *lse, int64_t row, double want, const row_scale *k) {
+    const double got = (double)lse[row];
+    if (!isfinite(got)) {
+        uint32_t bits;
+        memcpy(&bits, &lse[row], sizeof bits);
+        c->unwritten += bits == 0xffffffffu;
+        c->nonfinite++;
+        c->lse_worst_ratio = INFINITY;
+        c->max_lse_err = INFINITY;
+        return;
+    }
+    const double err = fabs(got - want);
+    const double tol = k->ds + U32 * (8.0 * k->sqrtN + 16.0) + 4.0 * U32 * fabs(want) + 1e-6;
+    if (err > c->max_lse_err) c->max_lse_err = err;
+    if (err / tol > c->lse_worst_ratio) c->lse_worst_ratio = err / tol;
+}
+
 attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const float *lse,
                               const int64_t *rows, int64_t nrows, attn_check *c) {
     const attn_problem *p = &in->p;
@@ -105,78 +159,26 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
     double *ref_lse = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
     double *vmax = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
     double *sabs = attn_alloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(double));
-    if (!ref_o || !ref_lse || !vmax || !sabs) {
-        free(ref_o), free(ref_lse), free(vmax), free(sabs);
-        return attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference for %lld rows",
-                         (long long)nrows);
-    }
-    attn_status st = attn_reference_rows(p, in->q, in->k, in->v, rows, nrows, ref_o, ref_lse);
-    if (st != ATTN_OK) {
-        free(ref_o), free(ref_lse), free(vmax), free(sabs);
-        return st;
-    }
-    if ((st = row_bounds(in, rows, nrows, vmax, sabs)) != ATTN_OK) {
-        free(ref_o), free(ref_lse), free(vmax), free(sabs);
-        return st;
-    }
-
-    const double u = attn_unit_roundoff(p->dtype), sqrtN = sqrt((double)p->N);
-    double err2 = 0.0, ref2 = 0.0;
-    c->rows_checked = nrows;
-    c->lse_checked = lse != NULL;
-    c->worst_ratio = 0.0;
-    for (int64_t r = 0; r < nrows; r++) {
-        const int64_t row = rows[r];
-        const double ds = U32 * (double)(D + 16) * sabs[r];
-        const double vm = vmax[r];
-        for (int64_t d = 0; d < D; d++) {
-            const double want = ref_o[r * D + d];
-            const double got = (double)attn_to_f32(o[row * D + d], p->dtype);
-            if (!isfinite(got)) {
-                c->unwritten += o[row * D + d] == 0xffff;
-                if (c->nonfinite++ == 0 || c->worst_ratio < INFINITY) {
-                    c->worst_ratio = INFINITY;
-                    c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
-                    c->worst_n = row % p->N, c->worst_d = d;
-                    c->worst_got = got, c->worst_want = want, c->worst_tol = 0.0;
-                }
-                continue;
-            }
-            const double err = fabs(got - want);
-            const double tol = 2.0 * u * fabs(want) + 2.0 * u * vm + 2.0 * ds * vm +
-                               8.0 * sqrtN * U32 * vm + 1e-7;
-            err2 += err * err;
-            ref2 += want * want;
-            if (err > c->max_abs_err) c->max_abs_err = err;
-            const double ratio = err / tol;
-            if (ratio > c->worst_ratio) {
-                c->worst_ratio = ratio;
-                c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
-                c->worst_n = row % p->N, c->worst_d = d;
-                c->worst_got = got, c->worst_want = want, c->worst_tol = tol;
-            }
+    attn_status st = ATTN_OK;
+    if (!ref_o || !ref_lse || !vmax || !sabs)
+        st = attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference for %lld rows", (long long)nrows);
+    if (st == ATTN_OK) st = attn_reference_rows(p, in->q, in->k, in->v, rows, nrows, ref_o, ref_lse);
+    if (st == ATTN_OK) st = row_bounds(in, rows, nrows, vmax, sabs);
+    if (st == ATTN_OK) {
+        double err2 = 0.0, ref2 = 0.0;
+        c->rows_checked = nrows;
+        c->lse_checked = lse != NULL;
+        for (int64_t r = 0; r < nrows; r++) {
+            const row_scale k = {attn_unit_roundoff(p->dtype), sqrt((double)p->N),
+                                 U32 * (double)(D + 16) * sabs[r], vmax[r]};
+            check_o_row(c, p, rows[r], o, ref_o + r * D, &k, &err2, &ref2);
+            if (lse) check_lse_row(c, lse, rows[r], ref_lse[r], &k);
         }
-        if (lse) {
-            const double got = (double)lse[row], want = ref_lse[r];
-            if (!isfinite(got)) {
-                uint32_t bits;
-                memcpy(&bits, &lse[row], sizeof bits);
-                c->unwritten += bits == 0xffffffffu;
-                c->nonfinite++;
-                c->lse_worst_ratio = INFINITY;
-                c->max_lse_err = INFINITY;
-                continue;
-            }
-            const double err = fabs(got - want);
-            const double tol = ds + U32 * (8.0 * sqrtN + 16.0) + 4.0 * U32 * fabs(want) + 1e-6;
-            if (err > c->max_lse_err) c->max_lse_err = err;
-            if (err / tol > c->lse_worst_ratio) c->lse_worst_ratio = err / tol;
-        }
+        c->rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
+        c->pass = c->nonfinite == 0 && c->worst_ratio <= 1.0 && c->lse_worst_ratio <= 1.0;
     }
-    c->rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
-    c->pass = c->nonfinite == 0 && c->worst_ratio <= 1.0 && c->lse_worst_ratio <= 1.0;
     free(ref_o), free(ref_lse), free(vmax), free(sabs);
-    return ATTN_OK;
+    return st;
 }
 
 /* splitmix64: a counter-based generator, so any row sample is reproducible from its seed. */
