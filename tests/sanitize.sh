@@ -31,7 +31,8 @@ die() {
 
 # A list from the environment, commas or spaces between items: "07,08" and "07 08" name the same.
 list_of() {
-    printf '%s\n' "$1" | tr ',' ' '
+    # shellcheck disable=SC2046
+    printf '%s\n' $(printf '%s\n' "$1" | tr ',' ' ')
 }
 
 [ -x "$attn" ] || die "$attn not found or not executable (run make first)"
@@ -66,7 +67,10 @@ stage_dims() {
 gpu_stages() {
     local stages
     stages=$("$attn" --list-ids gpu) || die "$attn --list-ids gpu failed"
-    [ -n "${SANITIZE_STAGES:-}" ] && stages=$(list_of "$SANITIZE_STAGES")
+    if [ -n "${SANITIZE_STAGES:-}" ]; then
+        stages=$(list_of "$SANITIZE_STAGES")
+        [ -n "$stages" ] || die "SANITIZE_STAGES='$SANITIZE_STAGES' names no stage"
+    fi
     [ -n "$stages" ] || die "$attn --list-ids gpu names no GPU stage"
     printf '%s\n' $stages
 }
@@ -81,6 +85,7 @@ run_plan() {
 "; done
         done
     done
+    [ -n "$plan" ] || die "SANITIZE_TOOLS, SANITIZE_STAGES or SANITIZE_DIMS leave no (tool, stage, D) to run"
     # Largest D first: those runs take longest, so starting them first keeps all job slots busy.
     printf '%s' "$plan" | sort -k3,3nr -k1,1 -k2,2
 }
@@ -110,7 +115,7 @@ run_compute() {
 
     local summary=$out/summary.txt
     printf '%-10s %-6s %-14s %5s %7s %7s\n' tool stage dims runs errors failed >"$summary"
-    local bad=0 s t
+    local bad=0 total=0 s t
     for t in $tools; do
         local opts=""
         [ "$t" = memcheck ] && opts="--leak-check full"
@@ -160,6 +165,7 @@ run_compute() {
             rm -f "$out/.run.log"
             printf '%-10s %-6s %-14s %5d %7d %7d\n' "$t" "$s" "$(echo $dims | tr ' ' ,)" "$runs" "$errs" "$failed" >>"$summary"
             [ "$errs" -gt 0 ] || [ "$failed" -gt 0 ] && bad=1
+            total=$((total + runs))
         done
     done
     echo
@@ -167,6 +173,10 @@ run_compute() {
     echo "logs: $out/<tool>-<stage>.log"
     if [ "$bad" -ne 0 ]; then
         echo "FAIL: compute-sanitizer reported errors or runs failed"
+        return 1
+    fi
+    if [ "$total" -eq 0 ]; then # a list of commas or dims no stage takes: nothing ran, nothing passed
+        echo "FAIL: no run: SANITIZE_TOOLS, SANITIZE_STAGES, SANITIZE_DIMS, SANITIZE_SEQS or SANITIZE_DTYPES left none"
         return 1
     fi
     echo "PASS: no errors"

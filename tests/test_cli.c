@@ -85,6 +85,32 @@ Test(cli, help_and_list) {
     cr_assert(strstr(out, "1\n") && strstr(out, "256\n"), "%s", out);
 }
 
+/* make sanitize's lists (tests/sanitize.sh): commas or spaces name the same runs, as ATTN_TEST_STAGES
+ * does; a list of separators only, or one that leaves nothing to run, fails instead of a PASS over no
+ * run. The plan needs no GPU (the registry's ids and dims); compute runs /bin/true as the sanitizer. */
+Test(cli, sanitize_lists_take_commas_and_never_pass_empty) {
+    static char spaced[8192];
+    char cmd[1024], dir[] = "/tmp/attn-sanitize-test.XXXXXX";
+    snprintf(cmd, sizeof cmd, "SANITIZE_STAGES='06 07' SANITIZE_DIMS='64 128' bash tests/sanitize.sh plan %s 2>&1",
+             attn_bin());
+    cr_assert_eq(run_cmd(cmd, spaced, sizeof spaced), 0, "%s", spaced);
+    cr_assert(strstr(spaced, "memcheck 06 128\n") && strstr(spaced, "synccheck 07 64\n"), "%s", spaced);
+    snprintf(cmd, sizeof cmd, "SANITIZE_STAGES=06,07 SANITIZE_DIMS=64,,128 bash tests/sanitize.sh plan %s 2>&1",
+             attn_bin());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_str_eq(out, spaced);
+    snprintf(cmd, sizeof cmd, "SANITIZE_STAGES=, bash tests/sanitize.sh plan %s 2>&1", attn_bin());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "SANITIZE_STAGES=',' names no stage"), "%s", out);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "SANITIZE_DIR=%s COMPUTE_SANITIZER=/bin/true SANITIZE_STAGES=06 SANITIZE_TOOLS=, "
+             "bash tests/sanitize.sh compute %s 2>&1; echo \"exit $?\"; rm -rf %s",
+             dir, attn_bin(), dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "FAIL: no run") && strstr(out, "exit 1") && !strstr(out, "PASS"), "%s", out);
+}
+
 Test(cli, gpu_stage_runs_or_says_why_not) {
     const attn_stage *s = attn_find_stage("02");
     if (attn_stage_available(s) == ATTN_OK) {
