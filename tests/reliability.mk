@@ -1,4 +1,5 @@
-# tests/reliability.mk: fuzzing, sanitizers and leak checks (included by the root Makefile).
+# tests/reliability.mk: fuzzing, sanitizers, leak checks and the documentation check (included by the
+# root Makefile).
 #
 #   make fuzz [FUZZ_SECONDS=60]       libFuzzer (clang) on the .npy layer, FUZZ_SECONDS per target:
 #                                     npy (npy_parse), npy_file (npy_read against npy_parse),
@@ -16,8 +17,13 @@
 #                                     SANITIZE_QUICK=1: D = 64 and the smallest;
 #                                     SANITIZE_RESUME=1: keep SANITIZE_OUT, run what is unfinished)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
+#   make docs-check                   the tracked *.md files and the source files' header comments:
+#                                     every relative link (and #anchor) resolves, every `make TARGET`
+#                                     names a target, every build/attn and attn-bench command shown
+#                                     parses (tests/docs_check.sh says how; no GPU needed, about 40 s
+#                                     on 2 cores; not part of make check)
 
-.PHONY: fuzz check-asan sanitize leakcheck
+.PHONY: fuzz check-asan sanitize leakcheck docs-check
 
 # ---- fuzzing ---------------------------------------------------------------------------------
 FUZZ_SECONDS ?= 60
@@ -103,3 +109,7 @@ sanitize: $(ATTN)
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)
 	@SANITIZE_DIR='$(BUILD)/leakcheck' bash tests/sanitize.sh leakcheck '$(ATTN)'
+
+# ---- the documentation's links and commands --------------------------------------------------
+docs-check: $(ATTN) $(BENCH_BIN)
+	@ATTN='$(ATTN)' BENCH_BIN='$(BENCH_BIN)' bash tests/docs_check.sh
