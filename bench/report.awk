@@ -78,7 +78,7 @@ function index_rows(   i, j, k, t, p, s, key, one) {
         s = R[i, "stage"]; p = panel(i)
         if (!(s in sidx)) { sidx[s] = ++ns; ser[ns] = s }
         if (!(p in pidx)) { pidx[p] = ++np; pan[np] = p; prow[np] = i }
-        key = pidx[p] SUBSEP R[i, "N"]
+        key = pidx[p] SUBSEP (R[i, "N"] + 0)
         if (!(key in nseen)) { nseen[key] = 1; pn[pidx[p]]++; pN[pidx[p], pn[pidx[p]]] = R[i, "N"] + 0 }
         if (!((pidx[p], R[i, "N"] + 0, s) in find)) find[pidx[p], R[i, "N"] + 0, s] = i
         if (!((R[i, "N"] + 0) in allN)) { allN[R[i, "N"] + 0] = 1; nall++; aN[nall] = R[i, "N"] + 0 }
