@@ -166,11 +166,11 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
     if (st == ATTN_OK) st = row_bounds(in, rows, nrows, vmax, sabs);
     if (st == ATTN_OK) {
         double err2 = 0.0, ref2 = 0.0;
+        const double u = attn_unit_roundoff(p->dtype), sqrtN = sqrt((double)p->N); /* the same for every row */
         c->rows_checked = nrows;
         c->lse_checked = lse != NULL;
         for (int64_t r = 0; r < nrows; r++) {
-            const row_scale k = {attn_unit_roundoff(p->dtype), sqrt((double)p->N),
-                                 U32 * (double)(D + 16) * sabs[r], vmax[r]};
+            const row_scale k = {u, sqrtN, U32 * (double)(D + 16) * sabs[r], vmax[r]};
             check_o_row(c, p, rows[r], o, ref_o + r * D, &k, &err2, &ref2);
             if (lse) check_lse_row(c, lse, rows[r], ref_lse[r], &k);
         }
