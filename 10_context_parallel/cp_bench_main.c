@@ -49,14 +49,10 @@ static int usage(const char *why) {
 }
 
 static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno == ERANGE || v < lo || v > hi) {
+    if (attn_parse_integer(s, lo, hi, out) != 0) {
         fprintf(stderr, "cp_bench: %s must be an integer from %lld to %lld (got '%s')\n", flag, lo, hi, s ? s : "");
         return -1;
     }
-    *out = v;
     return 0;
 }
 

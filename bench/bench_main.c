@@ -104,14 +104,10 @@ static void clean_field(char *dst, size_t cap, const char *s) {
     if (!n) snprintf(dst, cap, "unknown");
 }
 
-/* Digits only, after an optional '-' (which can only give the range error): strtoll alone takes " 12"
- * and "+5" but not "12 ". */
+/* Whole-string integer in [lo, hi] (attn_parse_integer); 0 on success. */
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    const char *digits = *s == '-' ? s + 1 : s;
-    if (!*digits || strspn(digits, "0123456789") != strlen(digits)) return -1;
-    errno = 0;
-    long long v = strtoll(s, NULL, 10);
-    if (errno || v < lo || v > hi) return -1;
+    long long v;
+    if (attn_parse_integer(s, lo, hi, &v) != 0) return -1;
     *out = v;
     return 0;
 }

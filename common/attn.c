@@ -1,6 +1,7 @@
 /* attn.c: the problem description, status names and the thread's last error message. */
 #include "attn.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -104,4 +105,14 @@ char *attn_size_text(double bytes, char *buf, size_t cap) {
     else
         snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
     return buf;
+}
+
+int attn_parse_integer(const char *s, long long lo, long long hi, long long *out) {
+    const char *digits = s && *s == '-' ? s + 1 : s;
+    if (!s || !*digits || strspn(digits, "0123456789") != strlen(digits)) return -1;
+    errno = 0;
+    const long long v = strtoll(s, NULL, 10);
+    if (errno == ERANGE || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
 }

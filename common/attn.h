@@ -80,6 +80,11 @@ void *attn_alloc(size_t bytes);
  * buf and returns buf. */
 char *attn_size_text(double bytes, char *buf, size_t cap);
 
+/* An integer flag's value: the whole string, digits only after an optional '-' (strtoll alone takes
+ * " 12" and "+5", and "12 " only with its end pointer checked), within [lo, hi]. 0, or -1 when it is
+ * not; the caller names the flag in its message. */
+int attn_parse_integer(const char *s, long long lo, long long hi, long long *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -97,21 +97,11 @@ static int bad(const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-/* Whole-string integer in [lo, hi]; 0 on success. Digits only, after an optional '-' (which can only
- * give the range error): strtoll alone takes " 12" and "+5" but not "12 ". */
+/* Whole-string integer in [lo, hi] (attn_parse_integer); 0 on success, else -1 with the message. */
 static int parse_i64(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-    char *end = NULL;
-    errno = 0;
-    const char *digits = s && *s == '-' ? s + 1 : s;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*digits || strspn(digits, "0123456789") != strlen(digits) || errno == ERANGE || v < lo ||
-        v > hi) {
-        fprintf(stderr, "attn: %s must be an integer from %lld to %lld (got '%s')\n", flag, lo, hi,
-                s ? s : "");
-        return -1;
-    }
-    *out = v;
-    return 0;
+    if (attn_parse_integer(s, lo, hi, out) == 0) return 0;
+    fprintf(stderr, "attn: %s must be an integer from %lld to %lld (got '%s')\n", flag, lo, hi, s ? s : "");
+    return -1;
 }
 
 static void list_stages(void) {
