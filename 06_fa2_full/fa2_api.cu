@@ -11,7 +11,7 @@
 #include "device_memory.h"
 #include "fa2_internal.h"
 #include "fa2_traits.cuh"
-#include "outputs_apart.h"
+#include "forward_args.h"
 
 #define FA2_LOG2E 1.4426950408889634f
 
@@ -34,9 +34,7 @@ static fa2_status fa2_refuse_got(fa2_failure *f, fa2_status s, const char *what,
     return fa2_refuse(f, s, what, why);
 }
 
-static int fa2_aligned(const void *ptr, uintptr_t bytes) { return ((uintptr_t)ptr & (bytes - 1)) == 0; }
-
-/* Outputs overlapping inputs or each other (outputs_apart.h). */
+/* Outputs overlapping inputs or each other (forward_args.h). */
 static fa2_status fa2_check_overlap(const fa2_args *a, fa2_failure *f) {
     const void *const ptr[5] = {a->q, a->k, a->v, a->o, a->lse};
     const char *pair = attn_overlapping_outputs(ptr, (uint64_t)(a->B * a->H * a->N * a->D) * 2u,
@@ -44,30 +42,26 @@ static fa2_status fa2_check_overlap(const fa2_args *a, fa2_failure *f) {
     return pair ? fa2_refuse(f, FA2_EINVAL, pair, ATTN_OVERLAP_WHY) : FA2_OK;
 }
 
+/* A refusal of the checks shared with the stage libraries (forward_args.h), as fa2_forward words it. */
+static fa2_status fa2_refuse_shared(fa2_failure *f, const attn_refusal *r) {
+    return r->has_got ? fa2_refuse_got(f, FA2_EINVAL, r->what, r->why, (double)r->got)
+                      : fa2_refuse(f, FA2_EINVAL, r->what, r->why);
+}
+
 extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
-    static const char *const ptr_name[5] = {"q", "k", "v", "o", "lse"};
     const void *const ptr[5] = {a->q, a->k, a->v, a->o, a->lse};
     const int64_t size[4] = {a->B, a->H, a->N, a->D};
-    static const char *const size_name[4] = {"B", "H", "N", "D"};
+    attn_refusal r;
     f->what = NULL, f->why = "", f->cuda = cudaSuccess, f->got[0] = '\0';
-    for (int i = 0; i < 4; ++i) /* lse may be NULL: no LSE is written then */
-        if (ptr[i] == NULL)
-            return fa2_refuse(f, FA2_EINVAL, ptr_name[i], "must be a device pointer, not NULL");
-    for (int i = 0; i < 4; ++i)
-        if (size[i] < 1)
-            return fa2_refuse_got(f, FA2_EINVAL, size_name[i], "must be at least 1", (double)size[i]);
-    if (a->causal != 0 && a->causal != 1)
-        return fa2_refuse_got(f, FA2_EINVAL, "causal", "must be 0 or 1", a->causal);
+    if (attn_refuse_pointers_and_sizes(ptr, size, a->causal, 0, &r)) /* lse may be NULL: no LSE written */
+        return fa2_refuse_shared(f, &r);
     if (!(fabsf(a->scale) <= FA2_MAX_SCALE)) /* also NaN; the kernel multiplies by scale * log2(e) */
         return fa2_refuse_got(f, FA2_EINVAL, "scale", "must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38",
                               a->scale);
     if (a->dtype != FA2_F16 && a->dtype != FA2_BF16)
         return fa2_refuse_got(f, FA2_EINVAL, "dtype", "must be FA2_F16 (0) or FA2_BF16 (1)",
                               (double)a->dtype);
-    for (int i = 0; i < 5; ++i)
-        if (!fa2_aligned(ptr[i], i < 4 ? 16 : 4))
-            return fa2_refuse(f, FA2_EINVAL, ptr_name[i],
-                              i < 4 ? "must be 16-byte aligned" : "must be 4-byte aligned");
+    if (attn_refuse_misaligned(ptr, &r)) return fa2_refuse_shared(f, &r);
     if (a->D != 32 && a->D != 64 && a->D != 96 && a->D != 128 && a->D != 256)
         return fa2_refuse_got(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256",
                               (double)a->D);
@@ -116,16 +110,17 @@ extern "C" fa2_status fa2_validate_and_launch(const fa2_args *a, cudaStream_t st
 
 /* q, k, v, o (and lse) must be memory the current device can read (device_memory.h). */
 static fa2_status fa2_check_device_memory(const fa2_args *a, fa2_failure *f) {
-    static const char *const name[5] = {"q", "k", "v", "o", "lse"};
     const void *const ptr[5] = {a->q, a->k, a->v, a->o, a->lse}; /* only lse may be NULL here */
     attn_memory_report r;
     switch (attn_device_memory(ptr, 5, &r)) {
     case ATTN_MEMORY_READABLE: return FA2_OK;
-    case ATTN_MEMORY_UNKNOWN: return fa2_refuse(f, FA2_EINVAL, name[r.index], ATTN_MEMORY_UNKNOWN_WHY);
-    case ATTN_MEMORY_HOST: return fa2_refuse(f, FA2_EINVAL, name[r.index], ATTN_MEMORY_HOST_WHY);
+    case ATTN_MEMORY_UNKNOWN:
+        return fa2_refuse(f, FA2_EINVAL, attn_forward_arg_name[r.index], ATTN_MEMORY_UNKNOWN_WHY);
+    case ATTN_MEMORY_HOST:
+        return fa2_refuse(f, FA2_EINVAL, attn_forward_arg_name[r.index], ATTN_MEMORY_HOST_WHY);
     case ATTN_MEMORY_OTHER_DEVICE:
         snprintf(f->got, sizeof f->got, "device %d, current %d", r.device, r.current);
-        return fa2_refuse(f, FA2_EINVAL, name[r.index], ATTN_MEMORY_OTHER_WHY);
+        return fa2_refuse(f, FA2_EINVAL, attn_forward_arg_name[r.index], ATTN_MEMORY_OTHER_WHY);
     default: f->cuda = r.error; return fa2_refuse(f, FA2_ECUDA, NULL, ATTN_MEMORY_NO_ANSWER_WHY);
     }
 }

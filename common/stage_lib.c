@@ -8,29 +8,25 @@
 #include <math.h>
 
 #include "device_memory.h"
-#include "outputs_apart.h"
+#include "forward_args.h"
 #include "stage_lib.h"
 
-static const char *const arg_name[5] = {"q", "k", "v", "o", "lse"};
+/* A refusal of the checks shared with fa2_forward (forward_args.h), in its words. */
+static attn_status refuse_shared(const attn_refusal *r) {
+    return r->has_got ? attn_fail(ATTN_EINVAL, "%s: %s (got %lld)", r->what, r->why, r->got)
+                      : attn_fail(ATTN_EINVAL, "%s: %s", r->what, r->why);
+}
 
 static attn_status check_args(const void *const ptr[5], const int64_t size[4], int causal, float scale,
                               int dtype) {
-    static const char *const size_name[4] = {"B", "H", "N", "D"};
-    for (int i = 0; i < 5; i++)
-        if (!ptr[i]) return attn_fail(ATTN_EINVAL, "%s: must be a device pointer, not NULL", arg_name[i]);
-    for (int i = 0; i < 4; i++)
-        if (size[i] < 1)
-            return attn_fail(ATTN_EINVAL, "%s: must be at least 1 (got %lld)", size_name[i],
-                             (long long)size[i]);
-    if (causal != 0 && causal != 1) return attn_fail(ATTN_EINVAL, "causal: must be 0 or 1 (got %d)", causal);
+    attn_refusal r;
+    if (attn_refuse_pointers_and_sizes(ptr, size, causal, 1, &r)) return refuse_shared(&r); /* lse required */
     if (!(fabsf(scale) <= ATTN_LIB_MAX_SCALE)) /* also NaN: the kernels multiply by |scale| * log2(e) */
         return attn_fail(ATTN_EINVAL, "scale: must be finite with |scale| <= %.2g (got %g)",
                          (double)ATTN_LIB_MAX_SCALE, (double)scale);
     if (dtype != ATTN_F16 && dtype != ATTN_BF16)
         return attn_fail(ATTN_EINVAL, "dtype: must be 0 (fp16) or 1 (bf16) (got %d)", dtype);
-    for (int i = 0; i < 5; i++)
-        if ((uintptr_t)ptr[i] % (i < 4 ? 16 : 4))
-            return attn_fail(ATTN_EINVAL, "%s: must be %d-byte aligned", arg_name[i], i < 4 ? 16 : 4);
+    if (attn_refuse_misaligned(ptr, &r)) return refuse_shared(&r);
     /* the bytes of B*H*N*D 16-bit elements must be addressable with 64 bits */
     const int64_t B = size[0], H = size[1], N = size[2], D = size[3];
     if (B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D)
@@ -48,11 +44,12 @@ static attn_status check_device_memory(const void *const ptr[5]) {
     switch (attn_device_memory(ptr, 5, &r)) {
     case ATTN_MEMORY_READABLE: return ATTN_OK;
     case ATTN_MEMORY_UNKNOWN:
-        return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_UNKNOWN_WHY, arg_name[r.index]);
-    case ATTN_MEMORY_HOST: return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_HOST_WHY, arg_name[r.index]);
+        return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_UNKNOWN_WHY, attn_forward_arg_name[r.index]);
+    case ATTN_MEMORY_HOST:
+        return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_HOST_WHY, attn_forward_arg_name[r.index]);
     case ATTN_MEMORY_OTHER_DEVICE:
         return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_OTHER_WHY " (got device %d, current %d)",
-                         arg_name[r.index], r.device, r.current);
+                         attn_forward_arg_name[r.index], r.device, r.current);
     default: return attn_fail(ATTN_ECUDA, ATTN_MEMORY_NO_ANSWER_WHY ": %s", cudaGetErrorString(r.error));
     }
 }
