@@ -202,10 +202,11 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* All bits set: NaN in fp16, bf16 and fp32, so an element a stage never writes fails the check. */
-static attn_status poison(const gpu_bufs *b, size_t o_bytes, size_t lse_bytes) {
-    ATTN_CUDA(cudaMemsetAsync(b->o, 0xff, o_bytes, b->stream));
-    ATTN_CUDA(cudaMemsetAsync(b->lse, 0xff, lse_bytes, b->stream));
+/* All bits set: NaN in fp16, bf16 and fp32, so an element a stage never writes fails the check. O has
+ * the size of Q (in_bytes), LSE one float a row. */
+static attn_status poison(const gpu_bufs *b) {
+    ATTN_CUDA(cudaMemsetAsync(b->o, 0xff, b->in_bytes, b->stream));
+    ATTN_CUDA(cudaMemsetAsync(b->lse, 0xff, b->lse_bytes, b->stream));
     return ATTN_OK;
 }
 
@@ -291,7 +292,7 @@ static attn_status first_run(const attn_stage *s, const attn_problem *p, const a
                              attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
     size_t free_after = 0, total_b = 0;
     attn_status st;
-    if ((st = poison(b, b->in_bytes, b->lse_bytes)) != ATTN_OK) return st;
+    if ((st = poison(b)) != ATTN_OK) return st;
     if ((st = s->run(p, a)) != ATTN_OK) return st;
     ATTN_CUDA(cudaStreamSynchronize(b->stream));
     ATTN_CUDA(cudaGetLastError());
@@ -314,7 +315,7 @@ static attn_status timed_runs(const attn_stage *s, const attn_problem *p, const 
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
     for (int r = 0; r < opt->repeat && st == ATTN_OK; r++) {
         /* Poison outside the timed window, so every timed run writes a fresh output. */
-        if ((st = poison(b, b->in_bytes, b->lse_bytes)) != ATTN_OK) break;
+        if ((st = poison(b)) != ATTN_OK) break;
         cudaError_t e = b->flush ? cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes, b->stream) : cudaSuccess;
         if (e == cudaSuccess) e = cudaEventRecord(b->ev0, b->stream);
         if (e == cudaSuccess && (st = s->run(p, a)) == ATTN_OK) e = cudaEventRecord(b->ev1, b->stream);
