@@ -50,7 +50,8 @@ static int usage(const char *why) {
 
 static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     if (attn_parse_integer(s, lo, hi, out) != 0) {
-        fprintf(stderr, "cp_bench: %s must be an integer from %lld to %lld (got '%s')\n", flag, lo, hi, s ? s : "");
+        fprintf(stderr, "cp_bench: %s must be an integer from %lld to %lld (got '%s')\n", flag, lo, hi,
+                s ? s : "");
         return -1;
     }
     return 0;
@@ -61,11 +62,11 @@ static int parse(int argc, char **argv, opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
-#define VAL(flag, lo, hi, dst)                                                                       \
-    if (!strcmp(a, flag)) {                                                                          \
-        if (parse_ll(flag, v, lo, hi, &x)) return 2;                                                 \
-        dst = x, i++;                                                                                \
-        continue;                                                                                    \
+#define VAL(flag, lo, hi, dst)                                                                               \
+    if (!strcmp(a, flag)) {                                                                                  \
+        if (parse_ll(flag, v, lo, hi, &x)) return 2;                                                         \
+        dst = x, i++;                                                                                        \
+        continue;                                                                                            \
     }
         VAL("--gpus", 1, ATTN_MAX_GPUS, o->G)
         VAL("--batch", 1, ATTN_MAX_B, o->B)
@@ -77,13 +78,20 @@ static int parse(int argc, char **argv, opts *o) {
         VAL("--warmup", 0, 100, o->warmup)
         VAL("--check-rows", 0, 1000000, o->check_rows)
 #undef VAL
-        if (!strcmp(a, "--one-gpu")) o->one_gpu = 1;
-        else if (!strcmp(a, "--causal")) o->causal = 1;
-        else if (!strcmp(a, "--no-single")) o->single = 0;
-        else if (!strcmp(a, "--dtype") && v && !strcmp(v, "fp16")) o->dtype = ATTN_F16, i++;
-        else if (!strcmp(a, "--dtype") && v && !strcmp(v, "bf16")) o->dtype = ATTN_BF16, i++;
-        else if (!strcmp(a, "--dtype")) return usage("--dtype must be fp16 or bf16");
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(NULL) - 1;
+        if (!strcmp(a, "--one-gpu"))
+            o->one_gpu = 1;
+        else if (!strcmp(a, "--causal"))
+            o->causal = 1;
+        else if (!strcmp(a, "--no-single"))
+            o->single = 0;
+        else if (!strcmp(a, "--dtype") && v && !strcmp(v, "fp16"))
+            o->dtype = ATTN_F16, i++;
+        else if (!strcmp(a, "--dtype") && v && !strcmp(v, "bf16"))
+            o->dtype = ATTN_BF16, i++;
+        else if (!strcmp(a, "--dtype"))
+            return usage("--dtype must be fp16 or bf16");
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return usage(NULL) - 1;
         else {
             fprintf(stderr, "cp_bench: unknown argument '%s' (see --help)\n", a);
             return 2;
@@ -127,7 +135,8 @@ static void free_memory(int G, int one_gpu, size_t *freeb) {
     for (int r = 0; r < (one_gpu ? 1 : G); r++) {
         size_t total = 0;
         freeb[r] = 0;
-        if (cudaSetDevice(r) != cudaSuccess || cudaMemGetInfo(&freeb[r], &total) != cudaSuccess) cudaGetLastError();
+        if (cudaSetDevice(r) != cudaSuccess || cudaMemGetInfo(&freeb[r], &total) != cudaSuccess)
+            cudaGetLastError();
     }
     cudaSetDevice(0);
 }
@@ -138,7 +147,8 @@ typedef struct {
     cp_ring_info info;
 } measures;
 
-static attn_status run_ring(const opts *o, const attn_inputs *in, uint16_t *o_ring, float *l_ring, measures *m) {
+static attn_status run_ring(const opts *o, const attn_inputs *in, uint16_t *o_ring, float *l_ring,
+                            measures *m) {
     const attn_problem *p = &in->p;
     size_t before[ATTN_MAX_GPUS], after[ATTN_MAX_GPUS];
     cp_ring *R = NULL;
@@ -152,7 +162,8 @@ static attn_status run_ring(const opts *o, const attn_inputs *in, uint16_t *o_ri
     if (st == ATTN_OK) {
         free_memory(o->G, o->one_gpu, after);
         for (int r = 0; r < (o->one_gpu ? 1 : o->G); r++)
-            if (before[r] > after[r] && before[r] - after[r] > m->mem_used) m->mem_used = before[r] - after[r];
+            if (before[r] > after[r] && before[r] - after[r] > m->mem_used)
+                m->mem_used = before[r] - after[r];
         cp_ring_describe(R, &m->info);
     }
     if (st == ATTN_OK) st = time_ring(R, p, CP_RUN_COMPUTE, o, &m->compute_ms);
@@ -178,7 +189,8 @@ static attn_status run_single(const attn_stage *local, const opts *o, const attn
     if (cudaMalloc(&q, bytes) || cudaMalloc(&k, bytes) || cudaMalloc(&v, bytes) || cudaMalloc(&od, bytes) ||
         cudaMalloc((void **)&ld, lbytes) || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) ||
         cudaEventCreate(&e0) || cudaEventCreate(&e1) || cudaMemcpy(q, in->q, bytes, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(k, in->k, bytes, cudaMemcpyHostToDevice) || cudaMemcpy(v, in->v, bytes, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(k, in->k, bytes, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(v, in->v, bytes, cudaMemcpyHostToDevice) ||
         cudaDeviceSynchronize()) /* a pageable copy may return before it lands; s does not wait for it */
         st = attn_fail(ATTN_ENOMEM, "one GPU at the full shape: %s", cudaGetErrorString(cudaGetLastError()));
     attn_args a = {q, k, v, od, ld, NULL, (void *)s, 1};
@@ -223,114 +235,165 @@ static void compare_all(const attn_problem *p, const uint16_t *oa, const float *
 
 static const char *verdict(const attn_check *c) { return c->pass ? "PASS" : "FAIL"; }
 
-int main(int argc, char **argv) {
-    opts o;
-    int rc = parse(argc, argv, &o);
+/* The options read and checked against the problem and the machine, the local stage found.
+ * Returns -1 to go on, else main's exit status (0 after --help). */
+static int prepare(int argc, char **argv, opts *o, attn_problem *p, const attn_stage **local) {
+    const int rc = parse(argc, argv, o);
     if (rc) return rc < 0 ? 0 : rc;
-    attn_problem p = attn_problem_make(o.B, o.H, o.N, o.D, o.causal);
-    p.dtype = o.dtype;
+    *p = attn_problem_make(o->B, o->H, o->N, o->D, o->causal);
+    p->dtype = o->dtype;
     const attn_stage *s10 = attn_find_stage("10");
-    if (attn_problem_validate(&p) != ATTN_OK || attn_stage_supports(s10, &p) != ATTN_OK)
+    if (attn_problem_validate(p) != ATTN_OK || attn_stage_supports(s10, p) != ATTN_OK)
         return usage(attn_last_error());
     if (attn_stage_available(s10) != ATTN_OK) {
         fprintf(stderr, "cp_bench: %s\n", attn_last_error());
         return 1;
     }
     const int present = attn_gpu_count();
-    if (!o.G) o.G = o.one_gpu ? 2 : present;
-    if (!o.one_gpu && o.G > present) {
-        fprintf(stderr, "cp_bench: --gpus %d, but this machine has %d GPU%s\n", o.G, present, present == 1 ? "" : "s");
+    if (!o->G) o->G = o->one_gpu ? 2 : present;
+    if (!o->one_gpu && o->G > present) {
+        fprintf(stderr, "cp_bench: --gpus %d, but this machine has %d GPU%s\n", o->G, present,
+                present == 1 ? "" : "s");
         return 2;
     }
-    const attn_stage *local = stage10_local_stage(&p);
-    if (!local) return usage(attn_last_error());
-    if (o.G == 1) o.single = 1; /* one GPU: stage 10 is its local stage (stage10.c); that run is both */
+    if (!(*local = stage10_local_stage(p))) return usage(attn_last_error());
+    if (o->G == 1) o->single = 1; /* one GPU: stage 10 is its local stage (stage10.c); that run is both */
+    return -1;
+}
 
+typedef struct {
+    uint16_t *o_ring, *o_one; /* o_one, l_one: NULL with --no-single */
+    float *l_ring, *l_one;
+    size_t ob, lb; /* bytes of one O and of one LSE */
+} outputs;
+
+static void outputs_free(outputs *out) {
+    free(out->o_ring), free(out->l_ring), free(out->o_one), free(out->l_one);
+}
+
+/* The ring (G >= 2) and the one-GPU run (unless --no-single) into out; with G = 1 the one run is both. */
+static attn_status run_all(const opts *o, const attn_stage *local, const attn_inputs *in, outputs *out,
+                           measures *m) {
+    const attn_problem *p = &in->p;
+    out->ob = (size_t)attn_qkv_elems(p) * 2, out->lb = (size_t)attn_rows(p) * 4;
+    out->o_ring = malloc(out->ob), out->l_ring = malloc(out->lb);
+    out->o_one = o->single ? malloc(out->ob) : NULL, out->l_one = o->single ? malloc(out->lb) : NULL;
+    if (!out->o_ring || !out->l_ring || (o->single && (!out->o_one || !out->l_one)))
+        return attn_fail(ATTN_ENOMEM, "cannot allocate %.2f GiB of host memory for the outputs",
+                         GIB(2 * (out->ob + out->lb)));
+    attn_status st = ATTN_OK;
+    if (o->G >= 2) st = run_ring(o, in, out->o_ring, out->l_ring, m);
+    if (st == ATTN_OK && o->single) st = run_single(local, o, in, out->o_one, out->l_one, &m->single_ms);
+    if (st == ATTN_OK && o->G == 1) {
+        memcpy(out->o_ring, out->o_one, out->ob), memcpy(out->l_ring, out->l_one, out->lb);
+        m->ring_ms = m->compute_ms = m->single_ms;
+    }
+    return st;
+}
+
+typedef struct {
+    attn_check ring, one;    /* sampled rows against the double reference */
+    double max_do, max_dlse; /* ring against one GPU, every row (NaN without the one-GPU run) */
+    int identical, pass;
+} verdicts;
+
+static attn_status check_all(const opts *o, const attn_inputs *in, const outputs *out, verdicts *v) {
+    memset(v, 0, sizeof *v);
+    v->ring.pass = v->one.pass = 1;
+    v->max_do = v->max_dlse = NAN;
+    attn_status st = ATTN_OK;
+    if (o->check_rows > 0) {
+        int64_t *rows = NULL, nrows = 0;
+        st = attn_sample_rows(&in->p, 0, o->check_rows, (uint64_t)o->seed, &rows, &nrows);
+        if (st == ATTN_OK) st = attn_check_output(in, out->o_ring, out->l_ring, rows, nrows, &v->ring);
+        if (st == ATTN_OK && out->o_one)
+            st = attn_check_output(in, out->o_one, out->l_one, rows, nrows, &v->one);
+        free(rows);
+    }
+    if (st == ATTN_OK && out->o_one) {
+        compare_all(&in->p, out->o_ring, out->l_ring, out->o_one, out->l_one, &v->max_do, &v->max_dlse);
+        v->identical = !memcmp(out->o_ring, out->o_one, out->ob) && !memcmp(out->l_ring, out->l_one, out->lb);
+    }
+    v->pass = v->ring.pass && v->one.pass;
+    return st;
+}
+
+/* The ring's lines: its plan, the memory each GPU took, the K/V traffic and the three times. */
+static void print_ring(const opts *o, const measures *m, double io_one, double hidden) {
+    const cp_plan *pl = &m->info.plan;
+    int64_t calls;
+    double work;
+    cp_rank_work(pl, 0, &calls, &work);
+    printf("ring     %d %s, %d chunks of %lld rows (%lld padding), %d per GPU; %d steps, %lld local calls "
+           "on GPU 0\n",
+           o->G, o->one_gpu ? "ranks on GPU 0" : "GPUs", pl->n, (long long)pl->c,
+           (long long)((int64_t)pl->n * pl->c - o->N), pl->S, o->G, (long long)calls);
+    printf("memory   %.3f GiB allocated by stage 10 per GPU; free memory dropped by %.3f GiB at most (NCCL "
+           "included); one GPU at this shape holds Q, K, V, O, LSE = %.3f GiB\n",
+           GIB(m->info.rank_bytes), GIB(m->mem_used), GIB(io_one));
+    printf("traffic  each GPU sends %.3f GiB of K/V per pass (%d x %.3f GiB); the exchange alone %.3f ms, "
+           "%.1f GB/s per GPU\n",
+           GIB(m->info.sent_bytes), o->G - 1, GIB(m->info.shard_bytes), m->comm_ms,
+           m->comm_ms > 0 ? (double)m->info.sent_bytes / (m->comm_ms * 1e6) : 0.0);
+    printf("time     ring %.3f ms (local calls alone %.3f ms; the overlap hides %.0f%% of the exchange)\n",
+           m->ring_ms, m->compute_ms, 100.0 * hidden);
+}
+
+/* The human lines, then the one "cp_bench: key=value ..." line that gpu_proof.sh reads. */
+static void print_report(const opts *o, const attn_stage *local, const measures *m, const outputs *out,
+                         const verdicts *v) {
+    const double ratio = m->single_ms > 0 ? m->ring_ms / m->single_ms : NAN;
+    const double hidden = o->G >= 2 && m->comm_ms > 0
+                              ? fmax(0.0, fmin(1.0, (m->compute_ms + m->comm_ms - m->ring_ms) / m->comm_ms))
+                              : NAN;
+    const double io_one = 4.0 * (double)out->ob + (double)out->lb;
+    printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s; local stage %s %s on %s\n", o->B, o->H, o->N, o->D,
+           o->causal ? "causal" : "non-causal", attn_dtype_name(o->dtype), local->id, local->name,
+           attn_gpu_name());
+    if (o->G >= 2) print_ring(o, m, io_one, hidden);
+    if (out->o_one)
+        printf("one GPU  %.3f ms (stage %s); ring / one GPU = %.3f\n", m->single_ms, local->id, ratio);
+    if (o->check_rows > 0)
+        printf("check    %lld rows vs the double reference: ring err/tol %.3f, LSE %.3f %s; one GPU err/tol "
+               "%.3f %s\n",
+               (long long)v->ring.rows_checked, v->ring.worst_ratio, v->ring.lse_worst_ratio,
+               verdict(&v->ring), v->one.worst_ratio, out->o_one ? verdict(&v->one) : "-");
+    if (out->o_one)
+        printf("compare  ring vs one GPU, every row: max |dO| %.3g, max |dLSE| %.3g%s\n", v->max_do,
+               v->max_dlse, v->identical ? " (bit-identical)" : "");
+    printf("cp_bench: G=%d one_gpu=%d B=%lld H=%lld N=%lld D=%lld causal=%d dtype=%s local=%s ring_ms=%.4f "
+           "compute_ms=%.4f comm_ms=%.4f single_ms=%.4f ratio=%.4f hidden=%.3f sent_gib=%.4f mem_gib=%.4f "
+           "alloc_gib=%.4f one_gpu_gib=%.4f ring_err=%.3f ring_lse_err=%.3f single_err=%.3f max_do=%.3g "
+           "max_dlse=%.3g identical=%d result=%s\n",
+           o->G, o->one_gpu, o->B, o->H, o->N, o->D, o->causal, attn_dtype_name(o->dtype), local->id,
+           m->ring_ms, m->compute_ms, m->comm_ms, m->single_ms, ratio, hidden, GIB(m->info.sent_bytes),
+           GIB(m->mem_used), GIB(m->info.rank_bytes), GIB(io_one), v->ring.worst_ratio,
+           v->ring.lse_worst_ratio, v->one.worst_ratio, v->max_do, v->max_dlse, v->identical,
+           v->pass ? "PASS" : "FAIL");
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    attn_problem p;
+    const attn_stage *local = NULL;
+    const int rc = prepare(argc, argv, &o, &p, &local);
+    if (rc >= 0) return rc;
     attn_inputs in;
     if (attn_inputs_random(&in, &p, (uint64_t)o.seed, ATTN_INIT_NORMAL) != ATTN_OK) {
         fprintf(stderr, "cp_bench: %s\n", attn_last_error());
         return 1;
     }
-    const size_t ob = (size_t)attn_qkv_elems(&p) * 2, lb = (size_t)attn_rows(&p) * 4;
-    uint16_t *o_ring = malloc(ob), *o_one = o.single ? malloc(ob) : NULL;
-    float *l_ring = malloc(lb), *l_one = o.single ? malloc(lb) : NULL;
-    if (!o_ring || !l_ring || (o.single && (!o_one || !l_one))) {
-        fprintf(stderr, "cp_bench: cannot allocate %.2f GiB of host memory for the outputs\n", GIB(2 * (ob + lb)));
-        return 1;
-    }
+    outputs out;
     measures m;
-    memset(&m, 0, sizeof m);
-    attn_status st = ATTN_OK;
-    if (o.G >= 2) st = run_ring(&o, &in, o_ring, l_ring, &m);
-    if (st == ATTN_OK && o.single) st = run_single(local, &o, &in, o_one, l_one, &m.single_ms);
-    if (st == ATTN_OK && o.G == 1) {
-        memcpy(o_ring, o_one, ob), memcpy(l_ring, l_one, lb);
-        m.ring_ms = m.compute_ms = m.single_ms;
-    }
-    if (st != ATTN_OK) {
+    verdicts v;
+    memset(&out, 0, sizeof out), memset(&m, 0, sizeof m);
+    attn_status st = run_all(&o, local, &in, &out, &m);
+    if (st == ATTN_OK) st = check_all(&o, &in, &out, &v);
+    if (st == ATTN_OK)
+        print_report(&o, local, &m, &out, &v);
+    else
         fprintf(stderr, "cp_bench: %s\n", attn_last_error());
-        return 1;
-    }
-
-    attn_check c_ring, c_one;
-    memset(&c_ring, 0, sizeof c_ring), memset(&c_one, 0, sizeof c_one);
-    c_ring.pass = c_one.pass = 1;
-    if (o.check_rows > 0) {
-        int64_t *rows = NULL, nrows = 0;
-        st = attn_sample_rows(&p, 0, o.check_rows, (uint64_t)o.seed, &rows, &nrows);
-        if (st == ATTN_OK) st = attn_check_output(&in, o_ring, l_ring, rows, nrows, &c_ring);
-        if (st == ATTN_OK && o_one) st = attn_check_output(&in, o_one, l_one, rows, nrows, &c_one);
-        free(rows);
-        if (st != ATTN_OK) {
-            fprintf(stderr, "cp_bench: %s\n", attn_last_error());
-            return 1;
-        }
-    }
-    double max_do = NAN, max_dlse = NAN;
-    if (o_one) compare_all(&p, o_ring, l_ring, o_one, l_one, &max_do, &max_dlse);
-    const int identical = o_one && !memcmp(o_ring, o_one, ob) && !memcmp(l_ring, l_one, lb);
-
-    const cp_plan *pl = &m.info.plan;
-    const double ratio = m.single_ms > 0 ? m.ring_ms / m.single_ms : NAN;
-    const double hidden = o.G >= 2 && m.comm_ms > 0
-                              ? fmax(0.0, fmin(1.0, (m.compute_ms + m.comm_ms - m.ring_ms) / m.comm_ms)) : NAN;
-    const double io_one = 4.0 * (double)ob + (double)lb;
-    printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s; local stage %s %s on %s\n", o.B, o.H, o.N, o.D,
-           o.causal ? "causal" : "non-causal", attn_dtype_name(o.dtype), local->id, local->name, attn_gpu_name());
-    if (o.G >= 2) {
-        int64_t calls;
-        double work;
-        cp_rank_work(pl, 0, &calls, &work);
-        printf("ring     %d %s, %d chunks of %lld rows (%lld padding), %d per GPU; %d steps, %lld local calls "
-               "on GPU 0\n", o.G, o.one_gpu ? "ranks on GPU 0" : "GPUs", pl->n, (long long)pl->c,
-               (long long)((int64_t)pl->n * pl->c - o.N), pl->S, o.G, (long long)calls);
-        printf("memory   %.3f GiB allocated by stage 10 per GPU; free memory dropped by %.3f GiB at most (NCCL "
-               "included); one GPU at this shape holds Q, K, V, O, LSE = %.3f GiB\n",
-               GIB(m.info.rank_bytes), GIB(m.mem_used), GIB(io_one));
-        printf("traffic  each GPU sends %.3f GiB of K/V per pass (%d x %.3f GiB); the exchange alone %.3f ms, "
-               "%.1f GB/s per GPU\n", GIB(m.info.sent_bytes), o.G - 1, GIB(m.info.shard_bytes), m.comm_ms,
-               m.comm_ms > 0 ? (double)m.info.sent_bytes / (m.comm_ms * 1e6) : 0.0);
-        printf("time     ring %.3f ms (local calls alone %.3f ms; the overlap hides %.0f%% of the exchange)\n",
-               m.ring_ms, m.compute_ms, 100.0 * hidden);
-    }
-    if (o_one) printf("one GPU  %.3f ms (stage %s); ring / one GPU = %.3f\n", m.single_ms, local->id, ratio);
-    if (o.check_rows > 0)
-        printf("check    %lld rows vs the double reference: ring err/tol %.3f, LSE %.3f %s; one GPU err/tol %.3f %s\n",
-               (long long)c_ring.rows_checked, c_ring.worst_ratio, c_ring.lse_worst_ratio, verdict(&c_ring),
-               c_one.worst_ratio, o_one ? verdict(&c_one) : "-");
-    if (o_one)
-        printf("compare  ring vs one GPU, every row: max |dO| %.3g, max |dLSE| %.3g%s\n", max_do, max_dlse,
-               identical ? " (bit-identical)" : "");
-    const int pass = c_ring.pass && c_one.pass;
-    printf("cp_bench: G=%d one_gpu=%d B=%lld H=%lld N=%lld D=%lld causal=%d dtype=%s local=%s ring_ms=%.4f "
-           "compute_ms=%.4f comm_ms=%.4f single_ms=%.4f ratio=%.4f hidden=%.3f sent_gib=%.4f mem_gib=%.4f "
-           "alloc_gib=%.4f one_gpu_gib=%.4f ring_err=%.3f ring_lse_err=%.3f single_err=%.3f max_do=%.3g "
-           "max_dlse=%.3g identical=%d result=%s\n",
-           o.G, o.one_gpu, o.B, o.H, o.N, o.D, o.causal, attn_dtype_name(o.dtype), local->id, m.ring_ms, m.compute_ms,
-           m.comm_ms, m.single_ms, ratio, hidden, GIB(m.info.sent_bytes), GIB(m.mem_used), GIB(m.info.rank_bytes),
-           GIB(io_one), c_ring.worst_ratio, c_ring.lse_worst_ratio, c_one.worst_ratio, max_do, max_dlse, identical,
-           pass ? "PASS" : "FAIL");
-    free(o_ring), free(l_ring), free(o_one), free(l_one);
+    outputs_free(&out);
     attn_inputs_free(&in);
-    return pass ? 0 : 1;
+    return st == ATTN_OK && v.pass ? 0 : 1;
 }
