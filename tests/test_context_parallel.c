@@ -36,13 +36,14 @@ static void check_plan(int64_t N, int G, int causal) {
                     cp_call call;
                     int64_t it = 0;
                     while (cp_pair_call(&pl, qc, kc, &it, &call)) {
-                        cr_assert(call.n >= 1 && call.q0 >= 0 && call.q0 + call.n <= pl.c, "N=%lld G=%d", (long long)N, G);
+                        cr_assert(call.n >= 1 && call.q0 >= 0 && call.q0 + call.n <= pl.c, "N=%lld G=%d",
+                                  (long long)N, G);
                         cr_assert(call.gather || call.n == pl.c);
                         cr_assert(!call.causal || qc == kc);
                         for (int64_t p = call.from; p < call.to; p++) {
                             const int64_t qi = qc * pl.c + call.q0 + p;
-                            cr_assert(qi < N, "N=%lld G=%d causal=%d: padding row %lld merged", (long long)N, G,
-                                      causal, (long long)qi);
+                            cr_assert(qi < N, "N=%lld G=%d causal=%d: padding row %lld merged", (long long)N,
+                                      G, causal, (long long)qi);
                             for (int64_t j = 0; j < call.n; j++) {
                                 if (call.causal && j > p) continue;
                                 const int64_t kj = kc * pl.c + j;
@@ -156,11 +157,12 @@ Test(context_parallel, merge_matches_direct_softmax) {
         }
         const double u = 0x1p-24, tol_lse = 8.0 * P * u * (1.0 + fabs(lse_ref));
         const double tol_o = 8.0 * P * u * (1.0 + lse_max) * vmax;
-        cr_assert(fabs(lse - lse_ref) <= tol_lse, "trial %d (sigma %g, %d parts): LSE %.9g, want %.12g", trial,
-                  sigma, P, (double)lse, lse_ref);
+        cr_assert(fabs(lse - lse_ref) <= tol_lse, "trial %d (sigma %g, %d parts): LSE %.9g, want %.12g",
+                  trial, sigma, P, (double)lse, lse_ref);
         for (int d = 0; d < D; d++)
-            cr_assert(fabs(o[d] - o_ref[d]) <= tol_o, "trial %d (sigma %g, %d parts): O[%d] %.9g, want %.12g (tol %.3g)",
-                      trial, sigma, P, d, (double)o[d], o_ref[d], tol_o);
+            cr_assert(fabs(o[d] - o_ref[d]) <= tol_o,
+                      "trial %d (sigma %g, %d parts): O[%d] %.9g, want %.12g (tol %.3g)", trial, sigma, P, d,
+                      (double)o[d], o_ref[d], tol_o);
     }
 }
 
@@ -205,86 +207,135 @@ Test(context_parallel, merge_with_empty_and_extreme_partials) {
  * the slots as the ring cuts it (query rows q0 .. q0+n-1, key rows 0 .. n-1), its partial rounded to
  * 16 bits as a GPU stage writes it, merged in fp32 by cp_merge_row into rows q0+from .. q0+to-1, and
  * the result against the double reference. What is left to the GPU tests is the CUDA side. */
+/* The emulated ring's buffers: rank r's slots of Q, of K then V, of its fp32 O accumulators and LSEs; one
+ * local call's cut-out problem (qs_ .. ls_); the gathered result. */
+typedef struct {
+    attn_problem p;
+    cp_plan pl;
+    int64_t BH, c, S, slot;
+    uint16_t *q, *kv, *qs_, *ks_, *vs_, *os_, *o_fin;
+    float *o_acc, *lse_acc, *ls_, *l_fin;
+} ring_emu;
+
+static void emu_alloc(ring_emu *e, const attn_problem *p, int G) {
+    e->p = *p, e->pl = cp_plan_make(p->N, G, p->causal);
+    e->BH = p->B * p->H, e->c = e->pl.c, e->S = e->pl.S, e->slot = e->BH * e->c * p->D;
+    const int64_t slots = G * e->S * e->slot, rows = G * e->S * e->BH * e->c;
+    e->q = calloc((size_t)slots, 2), e->kv = calloc((size_t)(2 * slots), 2);
+    e->o_acc = calloc((size_t)slots, 4), e->lse_acc = malloc((size_t)rows * 4);
+    e->qs_ = malloc((size_t)e->slot * 2), e->ks_ = malloc((size_t)e->slot * 2),
+    e->vs_ = malloc((size_t)e->slot * 2);
+    e->os_ = malloc((size_t)e->slot * 2), e->o_fin = malloc((size_t)attn_qkv_elems(p) * 2);
+    e->ls_ = malloc((size_t)(e->BH * e->c) * 4), e->l_fin = malloc((size_t)attn_rows(p) * 4);
+    cr_assert(e->q && e->kv && e->o_acc && e->lse_acc && e->qs_ && e->ks_ && e->vs_ && e->os_ && e->o_fin &&
+              e->ls_ && e->l_fin);
+    for (int64_t i = 0; i < rows; i++) e->lse_acc[i] = -INFINITY;
+}
+
+static void emu_free(ring_emu *e) {
+    free(e->q), free(e->kv), free(e->o_acc), free(e->lse_acc), free(e->qs_), free(e->ks_), free(e->vs_);
+    free(e->os_), free(e->o_fin), free(e->ls_), free(e->l_fin);
+}
+
+/* scatter: chunk ch's real rows of every head into rank r's slot (padding rows stay zero) */
+static void emu_scatter(ring_emu *e, const attn_inputs *in, int G) {
+    const int64_t N = e->p.N, D = e->p.D, S = e->S, c = e->c;
+    for (int r = 0; r < G; r++)
+        for (int sl = 0; sl < S; sl++) {
+            const int ch = cp_chunk(&e->pl, r, sl);
+            for (int64_t bh = 0; bh < e->BH; bh++)
+                for (int64_t i = 0; i < cp_chunk_rows(&e->pl, ch); i++)
+                    for (int64_t d = 0; d < D; d++) {
+                        const int64_t g = (bh * N + ch * c + i) * D + d, l = (bh * c + i) * D + d;
+                        e->q[(r * S + sl) * e->slot + l] = in->q[g];
+                        e->kv[(r * 2 * S + sl) * e->slot + l] = in->k[g];
+                        e->kv[(r * 2 * S + S + sl) * e->slot + l] = in->v[g];
+                    }
+        }
+}
+
+/* One local call of rank r: its square problem cut out of Q slot qsl and rank src's K/V slot ksl, stage
+ * 01 on it, the partial rounded to 16 bits as a GPU stage writes it, merged into rows from .. to-1. */
+static void emu_call(ring_emu *e, int r, int qsl, int src, int ksl, const cp_call *call) {
+    const int64_t n = call->n, D = e->p.D, S = e->S, c = e->c;
+    float ob[ATTN_MAX_D];
+    for (int64_t bh = 0; bh < e->BH; bh++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t d = 0; d < D; d++) {
+                const int64_t to = (bh * n + i) * D + d;
+                e->qs_[to] = e->q[(r * S + qsl) * e->slot + (bh * c + call->q0 + i) * D + d];
+                e->ks_[to] = e->kv[(src * 2 * S + ksl) * e->slot + (bh * c + i) * D + d];
+                e->vs_[to] = e->kv[(src * 2 * S + S + ksl) * e->slot + (bh * c + i) * D + d];
+            }
+    attn_problem lp = e->p;
+    lp.N = n, lp.causal = call->causal;
+    attn_args a = {e->qs_, e->ks_, e->vs_, e->os_, e->ls_, NULL, NULL, 1};
+    cr_assert_eq(stage01_run(&lp, &a), ATTN_OK, "%s", attn_last_error());
+    for (int64_t bh = 0; bh < e->BH; bh++)
+        for (int64_t i = call->from; i < call->to; i++) {
+            const int64_t row = (r * S + qsl) * e->BH * c + bh * c + call->q0 + i;
+            for (int64_t d = 0; d < D; d++) ob[d] = attn_to_f32(e->os_[(bh * n + i) * D + d], e->p.dtype);
+            cp_merge_row(&e->lse_acc[row], &e->o_acc[row * D], e->ls_[bh * n + i], ob, D);
+        }
+}
+
+/* Step s of rank r: the shard in hand is a copy of rank src's own; every pair of slots makes its calls. */
+static void emu_step(ring_emu *e, int r, int s) {
+    const int src = cp_kv_source(&e->pl, r, s);
+    for (int qsl = 0; qsl < e->S; qsl++)
+        for (int ksl = 0; ksl < e->S; ksl++) {
+            cp_call call;
+            int64_t it = 0;
+            while (cp_pair_call(&e->pl, cp_chunk(&e->pl, r, qsl), cp_chunk(&e->pl, src, ksl), &it, &call))
+                emu_call(e, r, qsl, src, ksl, &call);
+        }
+}
+
+/* gather: the real rows back to [B, H, N, D], rounded once */
+static void emu_gather(ring_emu *e, int G) {
+    const int64_t N = e->p.N, D = e->p.D, S = e->S, c = e->c;
+    for (int r = 0; r < G; r++)
+        for (int sl = 0; sl < S; sl++) {
+            const int ch = cp_chunk(&e->pl, r, sl);
+            for (int64_t bh = 0; bh < e->BH; bh++)
+                for (int64_t i = 0; i < cp_chunk_rows(&e->pl, ch); i++) {
+                    const int64_t row = (r * S + sl) * e->BH * c + bh * c + i, g = bh * N + ch * c + i;
+                    e->l_fin[g] = e->lse_acc[row];
+                    for (int64_t d = 0; d < D; d++)
+                        e->o_fin[g * D + d] = attn_from_f32(e->o_acc[row * D + d], e->p.dtype);
+                }
+        }
+}
+
+/* The ring of cp_ring.c done by hand on the CPU, with stage 01 as the local stage: zero-padded
+ * chunks, each rank's slots, the shard in hand at each step, each call's square problem cut out of
+ * the slots as the ring cuts it (query rows q0 .. q0+n-1, key rows 0 .. n-1), its partial rounded to
+ * 16 bits as a GPU stage writes it, merged in fp32 by cp_merge_row into rows q0+from .. q0+to-1, and
+ * the result against the double reference. What is left to the GPU tests is the CUDA side. */
 static void emulate_ring(int64_t N, int G, int causal, int64_t D, attn_dtype t, attn_init init) {
     attn_problem p = attn_problem_make(1, 2, N, D, causal);
     p.dtype = t;
     attn_inputs in;
     cr_assert_eq(attn_inputs_random(&in, &p, 900 + (uint64_t)(N * 31 + G * 7 + causal), init), ATTN_OK);
-    const cp_plan pl = cp_plan_make(N, G, causal);
-    const int64_t BH = p.B * p.H, c = pl.c, S = pl.S, slot = BH * c * D;
-    uint16_t *q = calloc((size_t)(G * S * slot), 2), *kv = calloc((size_t)(G * 2 * S * slot), 2);
-    float *o_acc = calloc((size_t)(G * S * slot), 4), *lse_acc = malloc((size_t)(G * S * BH * c) * 4);
-    uint16_t *qs_ = malloc((size_t)slot * 2), *ks_ = malloc((size_t)slot * 2), *vs_ = malloc((size_t)slot * 2);
-    uint16_t *os_ = malloc((size_t)slot * 2), *o_fin = malloc((size_t)attn_qkv_elems(&p) * 2);
-    float *ls_ = malloc((size_t)(BH * c) * 4), *l_fin = malloc((size_t)attn_rows(&p) * 4), ob[ATTN_MAX_D];
-    cr_assert(q && kv && o_acc && lse_acc && qs_ && ks_ && vs_ && os_ && o_fin && ls_ && l_fin);
-    for (int64_t e = 0; e < G * S * BH * c; e++) lse_acc[e] = -INFINITY;
-    /* scatter: chunk ch's real rows of every head into rank r's slot */
+    ring_emu e;
+    emu_alloc(&e, &p, G);
+    emu_scatter(&e, &in, G);
     for (int r = 0; r < G; r++)
-        for (int sl = 0; sl < S; sl++) {
-            const int ch = cp_chunk(&pl, r, sl);
-            for (int64_t bh = 0; bh < BH; bh++)
-                for (int64_t i = 0; i < cp_chunk_rows(&pl, ch); i++)
-                    for (int64_t d = 0; d < D; d++) {
-                        const int64_t g = (bh * N + ch * c + i) * D + d, l = (bh * c + i) * D + d;
-                        q[(r * S + sl) * slot + l] = in.q[g];
-                        kv[(r * 2 * S + sl) * slot + l] = in.k[g];
-                        kv[(r * 2 * S + S + sl) * slot + l] = in.v[g];
-                    }
-        }
-    for (int r = 0; r < G; r++)
-        for (int s = 0; s < G; s++) {
-            const int src = cp_kv_source(&pl, r, s); /* the shard in hand: a copy of rank src's own */
-            for (int qsl = 0; qsl < S; qsl++)
-                for (int ksl = 0; ksl < S; ksl++) {
-                    cp_call call;
-                    int64_t it = 0;
-                    while (cp_pair_call(&pl, cp_chunk(&pl, r, qsl), cp_chunk(&pl, src, ksl), &it, &call)) {
-                        const int64_t n = call.n;
-                        for (int64_t bh = 0; bh < BH; bh++)
-                            for (int64_t i = 0; i < n; i++)
-                                for (int64_t d = 0; d < D; d++) {
-                                    const int64_t to = (bh * n + i) * D + d;
-                                    qs_[to] = q[(r * S + qsl) * slot + (bh * c + call.q0 + i) * D + d];
-                                    ks_[to] = kv[(src * 2 * S + ksl) * slot + (bh * c + i) * D + d];
-                                    vs_[to] = kv[(src * 2 * S + S + ksl) * slot + (bh * c + i) * D + d];
-                                }
-                        attn_problem lp = p;
-                        lp.N = n, lp.causal = call.causal;
-                        attn_args a = {qs_, ks_, vs_, os_, ls_, NULL, NULL, 1};
-                        cr_assert_eq(stage01_run(&lp, &a), ATTN_OK, "%s", attn_last_error());
-                        for (int64_t bh = 0; bh < BH; bh++)
-                            for (int64_t i = call.from; i < call.to; i++) {
-                                const int64_t row = (r * S + qsl) * BH * c + bh * c + call.q0 + i;
-                                for (int64_t d = 0; d < D; d++) ob[d] = attn_to_f32(os_[(bh * n + i) * D + d], t);
-                                cp_merge_row(&lse_acc[row], &o_acc[row * D], ls_[bh * n + i], ob, D);
-                            }
-                    }
-                }
-        }
-    /* gather: the real rows back to [B, H, N, D], rounded once */
-    for (int r = 0; r < G; r++)
-        for (int sl = 0; sl < S; sl++) {
-            const int ch = cp_chunk(&pl, r, sl);
-            for (int64_t bh = 0; bh < BH; bh++)
-                for (int64_t i = 0; i < cp_chunk_rows(&pl, ch); i++) {
-                    const int64_t row = (r * S + sl) * BH * c + bh * c + i, g = bh * N + ch * c + i;
-                    l_fin[g] = lse_acc[row];
-                    for (int64_t d = 0; d < D; d++) o_fin[g * D + d] = attn_from_f32(o_acc[row * D + d], t);
-                }
-        }
+        for (int s = 0; s < G; s++) emu_step(&e, r, s);
+    emu_gather(&e, G);
     int64_t *rows = NULL, nrows = 0;
     attn_check chk;
     cr_assert_eq(attn_sample_rows(&p, 1, 0, 1, &rows, &nrows), ATTN_OK);
     cr_assert_eq(nrows, attn_rows(&p));
-    cr_assert_eq(attn_check_output(&in, o_fin, l_fin, rows, nrows, &chk), ATTN_OK);
-    cr_assert(chk.pass, "N=%lld G=%d causal=%d D=%lld %s init=%s: err/tol %.3g at [h=%lld n=%lld d=%lld] got %g "
-              "want %g, LSE err/tol %.3g, non-finite %lld", (long long)N, G, causal, (long long)D,
-              attn_dtype_name(t), attn_init_name(init), chk.worst_ratio, (long long)chk.worst_h,
-              (long long)chk.worst_n, (long long)chk.worst_d, chk.worst_got, chk.worst_want, chk.lse_worst_ratio,
-              (long long)chk.nonfinite);
-    free(rows), free(q), free(kv), free(o_acc), free(lse_acc), free(qs_), free(ks_), free(vs_), free(os_);
-    free(o_fin), free(ls_), free(l_fin);
+    cr_assert_eq(attn_check_output(&in, e.o_fin, e.l_fin, rows, nrows, &chk), ATTN_OK);
+    cr_assert(chk.pass,
+              "N=%lld G=%d causal=%d D=%lld %s init=%s: err/tol %.3g at [h=%lld n=%lld d=%lld] got %g "
+              "want %g, LSE err/tol %.3g, non-finite %lld",
+              (long long)N, G, causal, (long long)D, attn_dtype_name(t), attn_init_name(init),
+              chk.worst_ratio, (long long)chk.worst_h, (long long)chk.worst_n, (long long)chk.worst_d,
+              chk.worst_got, chk.worst_want, chk.lse_worst_ratio, (long long)chk.nonfinite);
+    free(rows);
+    emu_free(&e);
     attn_inputs_free(&in);
 }
 
@@ -309,22 +360,24 @@ static const attn_stage *stage10_or_skip(void) {
     return s;
 }
 
-static attn_result run_checked(const attn_stage *s, const attn_inputs *in, int gpus, uint16_t *o, float *lse) {
+static attn_result run_checked(const attn_stage *s, const attn_inputs *in, int gpus, uint16_t *o,
+                               float *lse) {
     attn_run_opts opt = attn_run_opts_default();
     opt.warmup = 0, opt.repeat = 2, opt.check = 1, opt.gpus = gpus;
     attn_result r;
     attn_status st = attn_run(s, in, &opt, &r, o, lse);
-    cr_assert_eq(st, ATTN_OK, "stage %s, %d GPUs, N=%lld D=%lld causal=%d: %s", s->id, gpus, (long long)in->p.N,
-                 (long long)in->p.D, in->p.causal, attn_last_error());
+    cr_assert_eq(st, ATTN_OK, "stage %s, %d GPUs, N=%lld D=%lld causal=%d: %s", s->id, gpus,
+                 (long long)in->p.N, (long long)in->p.D, in->p.causal, attn_last_error());
     return r;
 }
 
-#define ASSERT_PASS(r, what, ...)                                                                   \
-    cr_assert((r).chk.pass && (r).identical == 1,                                                   \
-              what ": err/tol %.3g, LSE err/tol %.3g, non-finite %lld, worst [b=%lld h=%lld n=%lld], " \
-              "repeat identical %d",                                                                \
-              __VA_ARGS__, (r).chk.worst_ratio, (r).chk.lse_worst_ratio, (long long)(r).chk.nonfinite, \
-              (long long)(r).chk.worst_b, (long long)(r).chk.worst_h, (long long)(r).chk.worst_n, (r).identical)
+#define ASSERT_PASS(r, what, ...)                                                                            \
+    cr_assert((r).chk.pass && (r).identical == 1,                                                            \
+              what ": err/tol %.3g, LSE err/tol %.3g, non-finite %lld, worst [b=%lld h=%lld n=%lld], "       \
+                   "repeat identical %d",                                                                    \
+              __VA_ARGS__, (r).chk.worst_ratio, (r).chk.lse_worst_ratio, (long long)(r).chk.nonfinite,       \
+              (long long)(r).chk.worst_b, (long long)(r).chk.worst_h, (long long)(r).chk.worst_n,            \
+              (r).identical)
 
 /* On one GPU stage 10 is its local stage, run as is: the same bits. */
 Test(context_parallel, one_gpu_is_the_local_stage_bit_for_bit) {
@@ -374,7 +427,8 @@ static void run_ring_case(const ring_case *c) {
     attn_problem p = attn_problem_make(2, 3, c->N, c->D, c->causal);
     p.dtype = (attn_dtype)c->dtype;
     attn_inputs in;
-    const uint64_t seed = 0xc0ffeeull + (uint64_t)(((c->G * 4099 + c->N) * 263 + c->D) * 4 + c->causal * 2 + c->dtype) * 8 +
+    const uint64_t seed = 0xc0ffeeull +
+                          (uint64_t)(((c->G * 4099 + c->N) * 263 + c->D) * 4 + c->causal * 2 + c->dtype) * 8 +
                           (uint64_t)c->init;
     cr_assert_eq(attn_inputs_random(&in, &p, seed, (attn_init)c->init), ATTN_OK, "%s", attn_last_error());
     attn_result r = run_checked(s, &in, c->G, NULL, NULL);
@@ -409,7 +463,8 @@ ParameterizedTestParameters(context_parallel, two_gpus_match_reference) {
 ParameterizedTest(ring_case *c, context_parallel, two_gpus_match_reference, .timeout = 600) {
     unsetenv("ATTN_CP_ONE_GPU");
     stage10_or_skip();
-    if (attn_gpu_count() < 2) cr_skip_test("needs 2 GPUs for the NCCL ring: this machine has %d", attn_gpu_count());
+    if (attn_gpu_count() < 2)
+        cr_skip_test("needs 2 GPUs for the NCCL ring: this machine has %d", attn_gpu_count());
     run_ring_case(c);
 }
 
@@ -455,6 +510,7 @@ Test(context_parallel, cli_gpus_flag) {
     snprintf(args, sizeof args, "--stage 10 --gpus %d --seq 64 --dim 64", attn_gpu_count() + 1);
     cr_assert_eq(attn(args), 2, "%s", out);
     cr_assert(strstr(out, "this machine has"), "%s", out);
-    cr_assert_eq(attn("--stage 10 --gpus 1 --batch 2 --heads 3 --seq 300 --dim 64 --causal --check"), 0, "%s", out);
+    cr_assert_eq(attn("--stage 10 --gpus 1 --batch 2 --heads 3 --seq 300 --dim 64 --causal --check"), 0, "%s",
+                 out);
     cr_assert(strstr(out, "PASS") && strstr(out, "(1 x "), "%s", out);
 }
