@@ -200,6 +200,8 @@ function header(   i, first, s, k, skipped, why, any, ran, l2) {
         }
         if (any && !ran) skipped = skipped (skipped != "" ? ", " : "") s
     }
+    # the CSV writers turn a note's commas into ';' (the CSV is not quoted): prose gets its commas back
+    gsub(/;/, ",", why)
     if (skipped != "") printf "%sGPU stages skipped (%s): %s.%s\n\n", md ? "**" : "", skipped, why, md ? "**" : ""
     for (i = 1; i <= nr; i++) if (R[i, "l2"] == "warm" || R[i, "l2"] == "cold") l2[R[i, "l2"]] = 1
     if (("warm" in l2) || ("cold" in l2))

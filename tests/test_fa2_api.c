@@ -480,8 +480,10 @@ Test(stage_lib_api, scale_zero_is_uniform_attention) {
 }
 
 #else
-Test(fa2_api, needs_the_cuda_build) { cr_skip_test("libfa2 is built only with CUDA (nvcc was not found)"); }
+Test(fa2_api, needs_the_cuda_build) {
+    cr_skip_test("libfa2 is built only with CUDA (nvcc was not found, or NO_CUDA=1 was given)");
+}
 Test(stage_lib_api, needs_the_cuda_build) {
-    cr_skip_test("the stage libraries are built only with CUDA (nvcc was not found)");
+    cr_skip_test("the stage libraries are built only with CUDA (nvcc was not found, or NO_CUDA=1 was given)");
 }
 #endif

@@ -149,7 +149,8 @@ Test(fa2_layout, fragment_map_covers_the_tile_once) {
         if (attn_gpu_available() != ATTN_OK) cr_skip_test("needs a GPU: %s", attn_last_error());             \
     } while (0)
 #else
-#define SKIP_WITHOUT_GPU() cr_skip_test("needs a GPU: this build has no CUDA (nvcc was not found)")
+#define SKIP_WITHOUT_GPU()                                                                                   \
+    cr_skip_test("needs a GPU: this build has no CUDA (nvcc was not found, or NO_CUDA=1 was given)")
 #endif
 
 Test(fa2_blocks, tile_copy_swizzle_and_ldmatrix_on_the_gpu) {

@@ -31,7 +31,7 @@ check:
 	@sh tests/ensure-criterion.sh
 	@$(MAKE) --no-print-directory $(ATTN) $(TEST_BIN) $(BENCH_BIN)
 ifeq ($(HAVE_CUDA),)
-	@echo "note: nvcc not found: the GPU stages were not built; their tests will be skipped."
+	@echo "note: $(if $(filter 1,$(NO_CUDA)),NO_CUDA=1 was given,nvcc not found): the GPU stages were not built; their tests will be skipped."
 endif
 	@echo "== the serial suite: tests that measure the whole device, run alone"
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) $(TEST_BIN) $(SERIAL_CHECK_ARGS) -j1 --filter 'serial/*'
