@@ -24,10 +24,19 @@
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
-static void usage(FILE *f) {
+/* The example runs here: a GPU stage where the build has CUDA, else a CPU model (04m: the online softmax). */
+#if ATTN_HAVE_CUDA
+#define USAGE_EXAMPLE "--stage 02 --batch 4 --heads 32 --seq 4096 --dim 64 --causal --check"
+#else
+#define USAGE_EXAMPLE "--stage 04m --seq 512 --dim 64 --causal --check"
+#endif
+
+/* prog: argv[0], so that the text names the binary that was run (build/attn or build/nocuda/attn). */
+static void usage(FILE *f, const char *prog) {
+    if (!prog || !prog[0]) prog = "attn";
+    fprintf(f, "usage: %s --stage ID [options]\n", prog);
+    fprintf(f, "       %s --list | --list-ids [gpu|cpu|all] | --list-dims ID | --help\n", prog);
     fprintf(f,
-            "usage: build/attn --stage ID [options]\n"
-            "       build/attn --list | --list-ids [gpu|cpu|all] | --list-dims ID | --help\n"
             "\n"
             "Runs one stage of the suite on one problem: the median time of R timed runs after\n"
             "warm-up (CUDA events on the GPU), TFLOP/s (4*B*H*N*N*D, half when causal), and the\n"
@@ -76,9 +85,9 @@ static void usage(FILE *f) {
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
-            "CUDA error, the results could not be written to stdout or DIR), 2 bad input.\n"
-            "Example: build/attn --stage 02 --batch 4 --heads 32 --seq 4096 --dim 64 --causal --check\n",
+            "CUDA error, the results could not be written to stdout or DIR), 2 bad input.\n",
             ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_GPUS);
+    fprintf(f, "Example: %s " USAGE_EXAMPLE "\n", prog);
 }
 
 /* One line on stderr naming the argument and what is allowed; returns the usage exit status. */
@@ -127,37 +136,70 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
     else
         printf("stage    %s %s (%s)\n", s->id, s->name, s->on_gpu ? attn_gpu_name() : "cpu");
     printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s scale=%g\n", (long long)p->B, (long long)p->H,
-           (long long)p->N, (long long)p->D, p->causal ? "causal" : "non-causal",
-           attn_dtype_name(p->dtype), (double)p->scale);
+           (long long)p->N, (long long)p->D, p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
+           (double)p->scale);
     printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", r->ms_median, r->runs, r->ms_min,
            r->ms_max);
     printf("speed    %.4g TFLOP/s\n", r->tflops);
     printf("memory   %.3f GiB beyond Q, K, V, O and LSE", (double)r->extra_bytes / 1073741824.0);
-    if (s->on_gpu) printf(" (device free memory dropped by %.3f GiB)", (double)r->extra_measured / 1073741824.0);
+    if (s->on_gpu)
+        printf(" (device free memory dropped by %.3f GiB)", (double)r->extra_measured / 1073741824.0);
     printf("\n");
 }
 
-static int print_check(const attn_stage *s, const attn_result *r) {
-    const attn_check *c = &r->chk;
-    printf("check    %lld rows against the double reference\n", (long long)c->rows_checked);
-    printf("  max abs error   %.3e\n", c->max_abs_err);
-    printf("  rel L2 error    %.3e\n", c->rel_l2);
-    if (c->worst_ratio > 0.0) /* else no element differs, and there is no worst one to show */
-        printf("  worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %.6g want %.6g tol %.3g (err/tol %.3f)\n",
-               (long long)c->worst_b, (long long)c->worst_h, (long long)c->worst_n, (long long)c->worst_d,
-               c->worst_got, c->worst_want, c->worst_tol, c->worst_ratio);
-    else
+/* "6400 of O and 200 of LSE", leaving out a part that is zero. */
+static void print_o_and_lse(int64_t in_o, int64_t in_lse) {
+    if (in_o) printf("%lld of O", (long long)in_o);
+    if (in_o && in_lse) printf(" and ");
+    if (in_lse) printf("%lld of LSE", (long long)in_lse);
+}
+
+/* The worst element of O; a non-finite one has no error or tolerance to show. */
+static void print_worst(const attn_check *c) {
+    if (c->worst_ratio == 0.0) { /* no element differs, and there is no worst one to show */
         printf("  worst element   none: every checked element equals the reference\n");
+        return;
+    }
+    printf("  worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %.6g want %.6g", (long long)c->worst_b,
+           (long long)c->worst_h, (long long)c->worst_n, (long long)c->worst_d, c->worst_got, c->worst_want);
+    if (isfinite(c->worst_got))
+        printf(" tol %.3g (err/tol %.3f)\n", c->worst_tol, c->worst_ratio);
+    else
+        printf(" (not finite)\n");
+}
+
+static int print_check(const attn_stage *s, int64_t D, const attn_result *r) {
+    const attn_check *c = &r->chk;
+    const int64_t o_nonfinite = c->nonfinite - c->lse_nonfinite,
+                  o_unwritten = c->unwritten - c->lse_unwritten;
+    printf("check    %lld rows against the double reference\n", (long long)c->rows_checked);
+    if (c->rows_checked > 0 &&
+        o_nonfinite == c->rows_checked * D) { /* the errors below are over O's finite elements: none */
+        printf("  max abs error   - (no checked element of O is finite)\n");
+        printf("  rel L2 error    -\n");
+    } else {
+        const char *finite_only = o_nonfinite ? " over the finite elements of O" : "";
+        printf("  max abs error   %.3e%s\n", c->max_abs_err, finite_only);
+        printf("  rel L2 error    %.3e%s\n", c->rel_l2, finite_only);
+    }
+    print_worst(c);
     if (c->lse_checked)
         printf("  LSE max error   %.3e (err/tol %.3f)\n", c->max_lse_err, c->lse_worst_ratio);
     else
         printf("  LSE             not written by stage %s\n", s->id);
-    if (c->unwritten)
-        printf("  never written   %lld elements (they still hold the poison)\n", (long long)c->unwritten);
-    if (c->nonfinite > c->unwritten)
-        printf("  non-finite      %lld elements written as NaN or inf\n", (long long)(c->nonfinite - c->unwritten));
+    if (c->unwritten) {
+        printf("  never written   ");
+        print_o_and_lse(o_unwritten, c->lse_unwritten);
+        printf(" (they still hold the poison)\n");
+    }
+    if (c->nonfinite > c->unwritten) {
+        printf("  non-finite      ");
+        print_o_and_lse(o_nonfinite - o_unwritten, (c->lse_nonfinite - c->lse_unwritten));
+        printf(" written as NaN or inf\n");
+    }
     if (r->identical >= 0)
-        printf("  repeat          %s\n", r->identical ? "bit-identical to the first run" : "DIFFERS from the first run");
+        printf("  repeat          %s\n",
+               r->identical ? "bit-identical to the first run" : "DIFFERS from the first run");
     printf("%s\n", c->pass ? "PASS" : "FAIL");
     return c->pass ? 0 : EXIT_FAIL;
 }
@@ -193,14 +235,15 @@ static int given_twice(const char *a, unsigned *seen) {
  * exit status, or -1 when argv[*i] is none of them; *i moves past a value taken. */
 static int run_info_flag(int argc, char **argv, int *i) {
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, argv[0]), 0;
     if (!strcmp(a, "--list")) return list_stages(), 0;
     if (!strcmp(a, "--list-ids")) {
         const char *w = (val && val[0] != '-') ? argv[++*i] : "all";
         if (strcmp(w, "gpu") && strcmp(w, "cpu") && strcmp(w, "all"))
             return bad("--list-ids takes gpu, cpu or all (got '%s')", w);
         for (int s = 0; s < attn_num_stages; s++)
-            if (!strcmp(w, "all") || (!strcmp(w, "gpu")) == attn_stages[s].on_gpu) printf("%s\n", attn_stages[s].id);
+            if (!strcmp(w, "all") || (!strcmp(w, "gpu")) == attn_stages[s].on_gpu)
+                printf("%s\n", attn_stages[s].id);
         return 0;
     }
     if (strcmp(a, "--list-dims")) return -1;
@@ -219,10 +262,14 @@ typedef struct {
     long long lo, hi;
 } int_flag;
 static const int_flag int_flags[] = {
-    {"--batch", offsetof(cli, B), 1, ATTN_MAX_B},         {"--heads", offsetof(cli, H), 1, ATTN_MAX_H},
-    {"--seq", offsetof(cli, N), 1, ATTN_MAX_N},           {"--dim", offsetof(cli, D), 1, ATTN_MAX_D},
-    {"--seed", offsetof(cli, seed), 0, LLONG_MAX},        {"--repeat", offsetof(cli, repeat), 1, 100000},
-    {"--warmup", offsetof(cli, warmup), 0, 1000},         {"--gpus", offsetof(cli, gpus), 1, ATTN_MAX_GPUS},
+    {"--batch", offsetof(cli, B), 1, ATTN_MAX_B},
+    {"--heads", offsetof(cli, H), 1, ATTN_MAX_H},
+    {"--seq", offsetof(cli, N), 1, ATTN_MAX_N},
+    {"--dim", offsetof(cli, D), 1, ATTN_MAX_D},
+    {"--seed", offsetof(cli, seed), 0, LLONG_MAX},
+    {"--repeat", offsetof(cli, repeat), 1, 100000},
+    {"--warmup", offsetof(cli, warmup), 0, 1000},
+    {"--gpus", offsetof(cli, gpus), 1, ATTN_MAX_GPUS},
     {"--check-rows", offsetof(cli, check_rows), 0, 1000000},
 };
 enum { SHAPE_FLAGS = 4, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
@@ -243,25 +290,32 @@ static int parse_int_flag(cli *c, const int_flag *f, const char *val) {
 
 /* The other flags that take a value. Returns -1 to go on, or the exit status. */
 static int parse_text_flag(cli *c, const char *a, const char *val) {
-    if (!strcmp(a, "--stage")) c->stage_key = val;
-    else if (!strcmp(a, "--load")) c->load_dir = val;
-    else if (!strcmp(a, "--save")) c->save_dir = val;
+    if (!strcmp(a, "--stage"))
+        c->stage_key = val;
+    else if (!strcmp(a, "--load"))
+        c->load_dir = val;
+    else if (!strcmp(a, "--save"))
+        c->save_dir = val;
     else if (!strcmp(a, "--scale")) {
         char *end = NULL;
         errno = 0;
         c->scale = strtod(val, &end);
-        if (!*val || *end || errno == ERANGE || !isfinite(c->scale) || c->scale == 0.0 || fabs(c->scale) > 3.4e38 ||
-            fabs(c->scale) < 1.2e-38)
+        if (!*val || *end || errno == ERANGE || !isfinite(c->scale) || c->scale == 0.0 ||
+            fabs(c->scale) > 3.4e38 || fabs(c->scale) < 1.2e-38)
             return bad("--scale must be a finite non-zero number within float range (got '%s')", val);
         c->have_scale = 1;
     } else if (!strcmp(a, "--dtype")) {
-        if (!strcmp(val, "fp16")) c->dtype = ATTN_F16;
-        else if (!strcmp(val, "bf16")) c->dtype = ATTN_BF16;
-        else return bad("--dtype must be fp16 or bf16 (got '%s')", val);
+        if (!strcmp(val, "fp16"))
+            c->dtype = ATTN_F16;
+        else if (!strcmp(val, "bf16"))
+            c->dtype = ATTN_BF16;
+        else
+            return bad("--dtype must be fp16 or bf16 (got '%s')", val);
     } else { /* --init */
         attn_init k = ATTN_INIT_NORMAL;
         while (k <= ATTN_INIT_RISING && strcmp(val, attn_init_name(k))) k++;
-        if (k > ATTN_INIT_RISING) return bad("--init must be normal, large, first-max or rising (got '%s')", val);
+        if (k > ATTN_INIT_RISING)
+            return bad("--init must be normal, large, first-max or rising (got '%s')", val);
         c->init = k;
         c->init_flag = "--init";
     }
@@ -275,11 +329,26 @@ static int is_text_flag(const char *a) {
     return 0;
 }
 
+/* "--seq=64" is "--seq 64" written the other common way: say so rather than only "unknown". */
+static int unknown_argument(const char *a) {
+    const char *eq = strchr(a, '=');
+    char flag[32];
+    if (eq && eq - a < (ptrdiff_t)sizeof flag) {
+        memcpy(flag, a, (size_t)(eq - a)), flag[eq - a] = '\0';
+        if (find_int_flag(flag) || is_text_flag(flag))
+            return bad("unknown argument '%s': write the value as the next argument, '%s %s'", a, flag,
+                       eq + 1);
+    }
+    return bad("unknown argument '%s' (see --help)", a);
+}
+
 /* Flags that would be silently ignored are refused instead. */
 static int refuse_ignored_flags(const cli *c) {
     if (c->load_dir && c->shape_flag)
-        return bad("%s cannot be used with --load: the shape comes from the files ([B, H, N, D])", c->shape_flag);
-    if (c->load_dir && c->init_flag) return bad("--init cannot be used with --load: the inputs come from the files");
+        return bad("%s cannot be used with --load: the shape comes from the files ([B, H, N, D])",
+                   c->shape_flag);
+    if (c->load_dir && c->init_flag)
+        return bad("--init cannot be used with --load: the inputs come from the files");
     if (c->load_dir && c->seed_given && !c->check) /* with --check it still picks the rows checked */
         return bad("--seed cannot be used with --load without --check: the inputs come from the files");
     if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
@@ -304,7 +373,7 @@ static int parse_args(int argc, char **argv, cli *c) {
             continue;
         }
         const int_flag *f = find_int_flag(a);
-        if (!f && !is_text_flag(a)) return bad("unknown argument '%s' (see --help)", a);
+        if (!f && !is_text_flag(a)) return unknown_argument(a);
         if (i + 1 >= argc) return bad("%s needs a value", a);
         st = f ? parse_int_flag(c, f, argv[++i]) : parse_text_flag(c, a, argv[++i]);
         if (st >= 0) return st;
@@ -402,6 +471,9 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
     }
     if (attn_stage_available(s) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", attn_last_error());
+        const attn_stage *model = attn_cpu_model_of(s);
+        if (model && attn_stage_available(model) == ATTN_OK)
+            fprintf(stderr, "attn: its CPU model runs here: --stage %s\n", model->id);
         return EXIT_FAIL;
     }
     if (!c->load_dir && (st = attn_inputs_random(in, p, (uint64_t)c->seed, c->init)) != ATTN_OK) {
@@ -409,7 +481,10 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
         return EXIT_FAIL;
     }
     if (attn_inputs_check_scale(in) != ATTN_OK) {
-        fprintf(stderr, "attn: %s: %s\n", c->have_scale ? "--scale" : c->load_dir ? "--load" : "--init",
+        fprintf(stderr, "attn: %s: %s\n",
+                c->have_scale ? "--scale"
+                : c->load_dir ? "--load"
+                              : "--init",
                 attn_last_error());
         return EXIT_USAGE;
     }
@@ -418,8 +493,12 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
 
 static int run(const cli *c) {
     const attn_stage *s = attn_find_stage(c->stage_key);
-    if (!s) return bad("--stage: unknown stage '%s' (see --list for 01..%s)", c->stage_key,
-                       attn_stages[attn_num_stages - 1].id);
+    if (!s) {
+        fprintf(stderr, "attn: --stage: unknown stage '%s'; the stages are", c->stage_key);
+        for (int i = 0; i < attn_num_stages; i++) fprintf(stderr, "%s %s", i ? "," : "", attn_stages[i].id);
+        fprintf(stderr, " (or a folder or name: see --list)\n");
+        return EXIT_USAGE;
+    }
     if (attn_stage_gpus_ok(s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
     int dirfd = -1, rc = -1;
     uint16_t *o = NULL;
@@ -430,8 +509,10 @@ static int run(const cli *c) {
 
     attn_problem p = attn_problem_make(c->B, c->H, c->N, c->D, c->causal);
     p.dtype = c->dtype;
-    if (c->have_scale) p.scale = (float)c->scale;
-    else if (c->load_dir) p.scale = 0.0f; /* 1/sqrt(D) once the files give D */
+    if (c->have_scale)
+        p.scale = (float)c->scale;
+    else if (c->load_dir)
+        p.scale = 0.0f; /* 1/sqrt(D) once the files give D */
     if (rc < 0) rc = make_inputs(c, s, &p, &in);
 
     attn_run_opts opt = attn_run_opts_default();
@@ -459,7 +540,7 @@ static int run(const cli *c) {
         } else {
             print_result(s, &p, &r);
             if (c->save_dir) rc = save_commit(c, s, &p, dirfd, o, lse);
-            if (r.checked && print_check(s, &r) != 0) rc = EXIT_FAIL;
+            if (r.checked && print_check(s, p.D, &r) != 0) rc = EXIT_FAIL;
         }
     }
     if (dirfd >= 0) close(dirfd);
@@ -490,7 +571,7 @@ int main(int argc, char **argv) {
              NULL, NULL, 0,    0, 0};
     int rc;
     if (argc == 1) {
-        usage(stderr);
+        usage(stderr, argv[0]);
         rc = EXIT_USAGE;
     } else if ((rc = parse_args(argc, argv, &c)) < 0) {
         rc = run(&c);
@@ -499,7 +580,8 @@ int main(int argc, char **argv) {
      * printf's errors surface here, when the buffer is written. */
     int e = fflush(stdout) != 0 ? errno : 0;
     if (e || ferror(stdout)) {
-        fprintf(stderr, "attn: cannot write the results to standard output: %s\n", e ? strerror(e) : "write error");
+        fprintf(stderr, "attn: cannot write the results to standard output: %s\n",
+                e ? strerror(e) : "write error");
         if (rc == 0) rc = EXIT_FAIL;
     }
     return rc;

@@ -138,8 +138,8 @@ static void check_lse_row(attn_check *c, const float *lse, int64_t row, double w
     if (!isfinite(got)) {
         uint32_t bits;
         memcpy(&bits, &lse[row], sizeof bits);
-        c->unwritten += bits == 0xffffffffu;
-        c->nonfinite++;
+        c->unwritten += bits == 0xffffffffu, c->lse_unwritten += bits == 0xffffffffu;
+        c->nonfinite++, c->lse_nonfinite++;
         c->lse_worst_ratio = INFINITY;
         c->max_lse_err = INFINITY;
         return;

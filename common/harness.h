@@ -54,6 +54,8 @@ typedef struct {
     int64_t nonfinite;       /* NaN or inf in the checked part of O or LSE */
     int64_t unwritten;       /* of those, the elements that still hold the poison bits (all ones):
                                 never written by the stage; the rest are NaN or inf it wrote */
+    int64_t lse_nonfinite;   /* of nonfinite, those in LSE (the rest are in O) */
+    int64_t lse_unwritten;   /* of unwritten, those in LSE */
     double max_abs_err;      /* max |O - O_ref| over checked elements */
     double rel_l2;           /* ||O - O_ref||_2 / ||O_ref||_2 over checked rows */
     double worst_ratio;      /* max of |O - O_ref| / tol; the check needs this <= 1 */

@@ -50,8 +50,8 @@ typedef struct {
      * problem over the GPUs of a host through NCCL (built only where NCCL was found). */
     int max_gpus;
     int writes_lse;
-    unsigned dtypes;        /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
-    const char *dims_text;  /* the head dims it takes, for messages and --list: "1..256" */
+    unsigned dtypes;       /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
+    const char *dims_text; /* the head dims it takes, for messages and --list: "1..256" */
     int (*supports_dim)(int64_t D);
     /* Bytes of scratch the stage needs beyond Q, K, V, O and LSE; NULL means none. */
     size_t (*workspace_bytes)(const attn_problem *p);
@@ -73,9 +73,11 @@ extern const int attn_num_stages;
 extern const int attn_test_dims[];
 extern const int attn_num_test_dims;
 
-/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; a road step or CPU model by its id ("06c", "3m"
- * or "03m") or name (a folder names the numbered stage in it); NULL if none matches. */
+/* Accepts "2", "02", "02_naive_gpu" or "naive_gpu"; a road step or CPU model by its id ("06c", "3m",
+ * "03m" or "03M") or name (a folder names the numbered stage in it); NULL if none matches. */
 const attn_stage *attn_find_stage(const char *key);
+/* The CPU model of GPU stage s ("04" -> "04m"), or NULL when it has none. */
+const attn_stage *attn_cpu_model_of(const attn_stage *s);
 /* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);
 /* ATTN_OK when stage s can run here: built, and (GPU stages) a GPU is present whose compute

@@ -38,7 +38,12 @@ Test(cli, bad_flags_and_values_exit_2) {
     EXPECT_USAGE("--stage 01 --repeat 0", "--repeat must be an integer from 1 to");
     EXPECT_USAGE("--stage 01 --seq", "--seq needs a value");
     EXPECT_USAGE("--stage 01 --frobnicate", "unknown argument '--frobnicate'");
-    EXPECT_USAGE("--stage 01 --save /nonexistent/dir", "--save: '/nonexistent/dir' is not a writable directory");
+    EXPECT_USAGE("--stage 01 --seq=64",
+                 "unknown argument '--seq=64': write the value as the next argument, '--seq 64'");
+    EXPECT_USAGE("--stage=01", "write the value as the next argument, '--stage 01'");
+    EXPECT_USAGE("--stage 01 --causal=1", "unknown argument '--causal=1' (see --help)");
+    EXPECT_USAGE("--stage 01 --save /nonexistent/dir",
+                 "--save: '/nonexistent/dir' is not a writable directory");
     EXPECT_USAGE("--stage 01 --batch 1048576 --heads 1048576 --seq 16777216 --dim 256", "too large");
 }
 
@@ -77,6 +82,20 @@ Test(cli, unsupported_dim_and_dtype_exit_2) {
 Test(cli, help_and_list) {
     cr_assert_eq(attn("--help"), 0);
     cr_assert(strstr(out, "--stage ID") && strstr(out, "--load DIR") && strstr(out, "--save DIR"));
+    /* the text names the binary that ran (build/attn or build/nocuda/attn), and its example runs there */
+    char usage_line[512], example[512];
+    snprintf(usage_line, sizeof usage_line, "usage: %s --stage ID", attn_bin());
+    cr_assert(strstr(out, usage_line), "%s", out);
+    snprintf(example, sizeof example, "Example: %s ", attn_bin());
+    const char *ex = strstr(out, example);
+    cr_assert_not_null(ex, "%s", out);
+    snprintf(example, sizeof example, "%.*s", (int)strcspn(ex + strlen(example), "\n"), ex + strlen(example));
+    char key[16] = "";
+    cr_assert_eq(sscanf(example, "--stage %15s", key), 1, "%s", example);
+    if (attn_stage_available(attn_find_stage(key)) == ATTN_OK) {
+        cr_assert_eq(attn(example), 0, "the example '%s': %s", example, out);
+        cr_assert(strstr(out, "PASS"), "%s", out);
+    }
     cr_assert_eq(attn("--list"), 0);
     for (int i = 0; i < attn_num_stages; i++) cr_assert(strstr(out, attn_stages[i].folder), "%s", out);
     cr_assert_eq(attn("--list-ids gpu"), 0);
@@ -91,12 +110,13 @@ Test(cli, help_and_list) {
 Test(cli, sanitize_lists_take_commas_and_never_pass_empty) {
     static char spaced[8192];
     char cmd[1024], dir[] = "/tmp/attn-sanitize-test.XXXXXX";
-    snprintf(cmd, sizeof cmd, "SANITIZE_STAGES='06 07' SANITIZE_DIMS='64 128' bash tests/sanitize.sh plan %s 2>&1",
+    snprintf(cmd, sizeof cmd,
+             "SANITIZE_STAGES='06 07' SANITIZE_DIMS='64 128' bash tests/sanitize.sh plan %s 2>&1",
              attn_bin());
     cr_assert_eq(run_cmd(cmd, spaced, sizeof spaced), 0, "%s", spaced);
     cr_assert(strstr(spaced, "memcheck 06 128\n") && strstr(spaced, "synccheck 07 64\n"), "%s", spaced);
-    snprintf(cmd, sizeof cmd, "SANITIZE_STAGES=06,07 SANITIZE_DIMS=64,,128 bash tests/sanitize.sh plan %s 2>&1",
-             attn_bin());
+    snprintf(cmd, sizeof cmd,
+             "SANITIZE_STAGES=06,07 SANITIZE_DIMS=64,,128 bash tests/sanitize.sh plan %s 2>&1", attn_bin());
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     cr_assert_str_eq(out, spaced);
     snprintf(cmd, sizeof cmd, "SANITIZE_STAGES=, bash tests/sanitize.sh plan %s 2>&1", attn_bin());
@@ -125,6 +145,25 @@ Test(cli, gpu_stage_runs_or_says_why_not) {
     /* the CPU stage runs either way */
     cr_assert_eq(attn("--stage 01 --seq 16 --dim 8 --check"), 0, "%s", out);
     cr_assert(strstr(out, "PASS"), "%s", out);
+}
+
+/* Stage ids take either case of their letter; an unknown one gets every id; a GPU stage that cannot
+ * run here names its CPU model where it has one. */
+Test(cli, stage_ids_in_either_case_and_the_cpu_model_named) {
+    cr_assert_eq(attn("--stage 04M --seq 8 --dim 32 --check"), 0, "%s", out);
+    cr_assert(strstr(out, "04m") && strstr(out, "PASS"), "%s", out);
+    EXPECT_USAGE("--stage 04x", "unknown stage '04x'; the stages are 01, ");
+    for (int i = 0; i < attn_num_stages; i++)
+        cr_assert(strstr(out, attn_stages[i].id), "%s: %s", attn_stages[i].id, out);
+    const attn_stage *s4 = attn_find_stage("04");
+    cr_assert_not_null(s4);
+    cr_assert_eq(attn_cpu_model_of(s4), attn_find_stage("04m"));
+    cr_assert_null(attn_cpu_model_of(attn_find_stage("07")), "stage 07 has no CPU model");
+    cr_assert_null(attn_cpu_model_of(attn_find_stage("04m")), "a CPU model has no CPU model");
+    if (attn_stage_available(s4) != ATTN_OK) {
+        cr_assert_eq(attn("--stage 04 --seq 8 --dim 32"), 1, "%s", out);
+        cr_assert(strstr(out, "its CPU model runs here: --stage 04m"), "%s", out);
+    }
 }
 
 /* A GPU older than a stage needs gets one line naming both, and exit 1: stage 06 (sm_80 and newer)
@@ -161,8 +200,10 @@ static void write_inputs(const char *dir, npy_dtype t, const int64_t *shape_q, c
         for (int64_t e = 0; e < n; e++) {
             float f = (float)sin(0.37 * (double)e + i) * 1.5f;
             if (e == n / 2 && i == 1) f = f + poison_value;
-            if (t == NPY_F16) ((uint16_t *)buf)[e] = attn_f2h(f);
-            else ((float *)buf)[e] = f;
+            if (t == NPY_F16)
+                ((uint16_t *)buf)[e] = attn_f2h(f);
+            else
+                ((float *)buf)[e] = f;
         }
         char path[512];
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
@@ -180,9 +221,11 @@ Test(cli, npy_round_trip_matches_reference) {
         write_inputs(in_dir, (npy_dtype)t, shape, shape, 0.0f);
         snprintf(args, sizeof args, "--stage 01 --causal --load %s --save %s --check", in_dir, out_dir);
         cr_assert_eq(attn(args), 0, "%s", out);
-        cr_assert(strstr(out, "B=2 H=3 N=37 D=24") && strstr(out, "PASS"), "shape comes from the files: %s", out);
+        cr_assert(strstr(out, "B=2 H=3 N=37 D=24") && strstr(out, "PASS"), "shape comes from the files: %s",
+                  out);
         /* float32 files are rounded to fp16, and the run says so; fp16 files are taken as they are */
-        cr_assert((strstr(out, "q.npy, k.npy, v.npy held float32 values, rounded to fp16") != NULL) == (t == NPY_F32),
+        cr_assert((strstr(out, "q.npy, k.npy, v.npy held float32 values, rounded to fp16") != NULL) ==
+                      (t == NPY_F32),
                   "%s", out);
 
         attn_problem p = attn_problem_make(2, 3, 37, 24, 1);
@@ -258,7 +301,8 @@ Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
     int64_t shape_f64[4] = {1, 1, 2, 2};
     snprintf(path, sizeof path, "%s/q.npy", dir);
     f = fopen(path, "wb"); /* float64: another dtype */
-    const char hdr[] = "\x93NUMPY\x01\x00\x76\x00{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 2, 2), }";
+    const char hdr[] =
+        "\x93NUMPY\x01\x00\x76\x00{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 2, 2), }";
     fwrite(hdr, 1, sizeof hdr - 1, f);
     for (int i = sizeof hdr - 1; i < 127; i++) fputc(' ', f);
     fputc('\n', f);
@@ -270,7 +314,8 @@ Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
     cr_assert(strstr(out, "f8"), "the message names the dtype: %s", out);
 
     cr_assert(!file_exists(out_dir, "o.npy") && !file_exists(out_dir, "lse.npy") &&
-              !file_exists(out_dir, "o.npy.tmp"), "nothing may be written for bad input");
+                  !file_exists(out_dir, "o.npy.tmp"),
+              "nothing may be written for bad input");
 }
 
 /* ---- reliability: what a hostile user found (issue 15) ------------------------------------ */
@@ -494,8 +539,9 @@ Test(cli, save_never_writes_through_planted_files) {
     struct stat planted;
     cr_assert_eq(stat(path, &planted), 0);
 
-    snprintf(cmd, sizeof cmd, "umask 027; timeout 60 %s --stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s",
-             attn_bin(), dir);
+    snprintf(cmd, sizeof cmd,
+             "umask 027; timeout 60 %s --stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", attn_bin(),
+             dir);
     int rc = run_cmd(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "exit status %d (124: it hung on the FIFO): %s", rc, out);
     unsigned char *b;
@@ -511,7 +557,8 @@ Test(cli, save_never_writes_through_planted_files) {
         cr_assert(S_ISREG(sb.st_mode), "%s is not a regular file", names[i]);
         cr_assert_eq(sb.st_mode & 0777, 0640, "%s: mode %o, want 0640 (0666 less umask 027)", names[i],
                      sb.st_mode & 0777);
-        cr_assert_eq(sb.st_uid, geteuid(), "%s: the planted file of another user became the result", names[i]);
+        cr_assert_eq(sb.st_uid, geteuid(), "%s: the planted file of another user became the result",
+                     names[i]);
         cr_assert(sb.st_ino != planted.st_ino || i == 0, "lse.npy is still the planted file");
         npy_array a;
         cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
@@ -541,8 +588,9 @@ Test(cli, concurrent_saves_leave_one_runs_pair) {
     for (int round = 0; round < ROUNDS; round++) {
         size_t k = (size_t)snprintf(cmd, sizeof cmd, "rc=0; pids=; ");
         for (int r = 0; r < RUNS; r++)
-            k += (size_t)snprintf(cmd + k, sizeof cmd - k, "%s %s --seed %d --save %s >/dev/null & pids=\"$pids $!\"; ",
-                                  attn_bin(), shape, r + 1, shared);
+            k += (size_t)snprintf(cmd + k, sizeof cmd - k,
+                                  "%s %s --seed %d --save %s >/dev/null & pids=\"$pids $!\"; ", attn_bin(),
+                                  shape, r + 1, shared);
         snprintf(cmd + k, sizeof cmd - k, "for j in $pids; do wait $j || rc=1; done; exit $rc");
         cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "round %d: %s", round, out);
         unsigned char *o, *l;
@@ -623,7 +671,8 @@ Test(cli, save_without_lse_removes_a_stale_one) {
     cr_assert(file_exists(dir, "lse.npy"));
     snprintf(args, sizeof args, "--stage %s --batch 1 --heads 2 --seq 9 --dim 64 --save %s", s->id, dir);
     cr_assert_eq(attn(args), 0, "%s", out);
-    cr_assert(file_exists(dir, "o.npy") && !file_exists(dir, "lse.npy"), "stage %s left a stale lse.npy", s->id);
+    cr_assert(file_exists(dir, "o.npy") && !file_exists(dir, "lse.npy"), "stage %s left a stale lse.npy",
+              s->id);
 }
 
 /* The --save directory is tried for real (its files are created) before the run: as root, /proc

@@ -246,14 +246,17 @@ Test(check, catches_wrong_unwritten_and_nan) {
     o[e] = 0x7e00; /* a NaN the stage wrote: fails, but it was written */
     cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
     cr_assert(!c.pass && c.nonfinite == 1 && c.unwritten == 0, "a written NaN is not 'never written'");
+    cr_assert(c.lse_nonfinite == 0 && c.lse_unwritten == 0, "a NaN in O is not counted in LSE");
     o[e] = keep;
     const float lse_keep = lse[7];
     lse[7] = INFINITY; /* an LSE that overflowed float32: written, not poison */
     cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
     cr_assert(!c.pass && c.nonfinite == 1 && c.unwritten == 0, "an infinite LSE is not 'never written'");
+    cr_assert(c.lse_nonfinite == 1 && c.lse_unwritten == 0, "an infinite LSE is counted as LSE's");
     memset(&lse[7], 0xff, sizeof lse[7]); /* the LSE poison */
     cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
     cr_assert(!c.pass && c.nonfinite == 1 && c.unwritten == 1, "the LSE poison is never written");
+    cr_assert(c.lse_nonfinite == 1 && c.lse_unwritten == 1, "the LSE poison is counted as LSE's");
     lse[7] = lse_keep;
     lse[5] += 1e-3f; /* LSE off by 1e-3 */
     cr_assert_eq(attn_check_output(&in, o, lse, rows, nrows, &c), ATTN_OK);
