@@ -70,7 +70,7 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
 }
 
 /* One row tile (one GPU block): each warp slice walks the key tiles on its own. */
-static void stage06c_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scratch *w) {
+static void fa2_cpu_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scratch *w) {
     const int N = prm->N, D = prm->D, BC = prm->Bc, q0 = mb * BR;
     const int rows_w = BR / fa2c_warps(D); /* 16 MT */
     /* |scale| log2(e), at least FLT_MIN: the one multiplier of exp2 (scale < 0: Q is negated) */
@@ -107,5 +107,5 @@ attn_status stage06m_run(const attn_problem *p, const attn_args *a) {
     if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
         return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports dtype fp16, bf16 (got %s)",
                          attn_dtype_name(p->dtype));
-    return cpu_tiles_run(ID, p, a, BR, fa2c_bc((int)p->D), stage06c_row_block);
+    return cpu_tiles_run(ID, p, a, BR, fa2c_bc((int)p->D), fa2_cpu_row_block);
 }
