@@ -80,6 +80,9 @@ static void usage(FILE *f, const char *prog) {
             "                    together, and a failed rename puts the old files back); an o.npy or\n"
             "                    lse.npy there that is not a file (a directory, a FIFO) is refused at\n"
             "                    once; a stage without LSE removes an old lse.npy\n"
+            "  --save-inputs     with --save: also DIR/q.npy, DIR/k.npy, DIR/v.npy, the inputs of this\n"
+            "                    run (float16 [B, H, N, D]), committed with the results: a folder that\n"
+            "                    --load reads, to edit or to feed another stage\n"
             "  --list            the stages: id, folder, where it runs, head dims, dtypes, LSE, idea\n"
             "  --list-ids [W]    the stage ids, one per line (W: gpu, cpu or all; default all)\n"
             "  --list-dims ID    the test head dims the stage supports, one per line\n"
@@ -215,15 +218,17 @@ typedef struct {
     attn_init init;
     const char *shape_flag, *init_flag; /* the first of --batch/--heads/--seq/--dim, and --init, if given */
     int check_rows_given, seed_given;
-    long long gpus; /* --gpus: 0 = the stage's default */
+    long long gpus;  /* --gpus: 0 = the stage's default */
+    int save_inputs; /* --save-inputs: q.npy, k.npy, v.npy beside the results */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
  * the earlier one. seen holds a bit per flag of the list. */
 static int given_twice(const char *a, unsigned *seen) {
-    static const char *const once[] = {"--stage",  "--batch", "--heads",      "--seq",  "--dim",  "--causal",
-                                       "--scale",  "--dtype", "--gpus",       "--seed", "--init", "--repeat",
-                                       "--warmup", "--check", "--check-rows", "--load", "--save"};
+    static const char *const once[] = {"--stage",  "--batch",  "--heads",      "--seq",   "--dim",
+                                       "--causal", "--scale",  "--dtype",      "--gpus",  "--seed",
+                                       "--init",   "--repeat", "--warmup",     "--check", "--check-rows",
+                                       "--load",   "--save",   "--save-inputs"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
         if (*seen & (1u << f)) return bad("%s given twice", a), 1;
@@ -353,6 +358,8 @@ static int refuse_ignored_flags(const cli *c) {
     if (c->load_dir && c->seed_given && !c->check) /* with --check it still picks the rows checked */
         return bad("--seed cannot be used with --load without --check: the inputs come from the files");
     if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
+    if (c->save_inputs && !c->save_dir)
+        return bad("--save-inputs needs --save DIR (the folder it writes to)");
     if (!c->stage_key) return bad("--stage is required (one of the ids in --list)");
     return -1;
 }
@@ -373,6 +380,10 @@ static int parse_args(int argc, char **argv, cli *c) {
             c->check = 1;
             continue;
         }
+        if (!strcmp(a, "--save-inputs")) {
+            c->save_inputs = 1;
+            continue;
+        }
         const int_flag *f = find_int_flag(a);
         if (!f && !is_text_flag(a)) return unknown_argument(a);
         if (i + 1 >= argc) return bad("%s needs a value", a);
@@ -382,7 +393,8 @@ static int parse_args(int argc, char **argv, cli *c) {
     return refuse_ignored_flags(c);
 }
 
-static const char *const save_names[2] = {"o.npy", "lse.npy"};
+/* --save's files: the results, then (--save-inputs) the inputs */
+static const char *const save_names[5] = {"o.npy", "lse.npy", "q.npy", "k.npy", "v.npy"};
 
 static const char *file_kind(mode_t m) {
     return S_ISDIR(m)                 ? "a directory"
@@ -401,7 +413,7 @@ static int save_begin(const cli *c, int *dirfd) {
     if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
     *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
-    for (int i = 0; i < 2; i++) { /* lse.npy too: a stage without LSE removes it */
+    for (int i = 0; i < (c->save_inputs ? 5 : 2); i++) { /* lse.npy too: a stage without LSE removes it */
         struct stat sb;
         if (fstatat(*dirfd, save_names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
             !S_ISLNK(sb.st_mode))
@@ -417,20 +429,27 @@ static int save_begin(const cli *c, int *dirfd) {
     return -1;
 }
 
-/* Writes o.npy (and lse.npy) and commits them together; a stage without LSE removes an lse.npy that
- * an earlier run left, so that no lse.npy ever sits beside an o.npy it does not belong to. */
-static int save_commit(const cli *c, const attn_stage *s, const attn_problem *p, int dirfd, const uint16_t *o,
+/* Writes o.npy (and lse.npy; with --save-inputs q.npy, k.npy and v.npy) and commits them together; a
+ * stage without LSE removes an lse.npy that an earlier run left, so that no lse.npy ever sits beside
+ * an o.npy it does not belong to. */
+static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in, int dirfd, const uint16_t *o,
                        const float *lse) {
+    const attn_problem *p = &in->p;
     const int64_t shape[4] = {p->B, p->H, p->N, p->D};
     static const char *const stale[1] = {"lse.npy"};
-    const int nouts = s->writes_lse ? 2 : 1;
-    npy_out outs[2];
+    const void *data[5] = {o, lse, in->q, in->k, in->v};
+    int which[5], nouts = 0; /* indices into save_names and data */
+    which[nouts++] = 0;
+    if (s->writes_lse) which[nouts++] = 1;
+    for (int i = 2; c->save_inputs && i < 5; i++) which[nouts++] = i;
+    npy_out outs[5];
     int made = 0;
     attn_status st = ATTN_OK;
     for (; made < nouts && st == ATTN_OK; made++)
-        st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[made]);
-    if (st == ATTN_OK) st = npy_out_write(&outs[0], NPY_F16, 4, shape, o);
-    if (st == ATTN_OK && nouts > 1) st = npy_out_write(&outs[1], NPY_F32, 3, shape, lse);
+        st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[which[made]]);
+    for (int i = 0; i < nouts && st == ATTN_OK; i++)
+        st = which[i] == 1 ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[1])
+                           : npy_out_write(&outs[i], NPY_F16, 4, shape, data[which[i]]);
     if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, s->writes_lse ? 0 : 1);
     for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
     if (st != ATTN_OK) {
@@ -540,7 +559,7 @@ static int run(const cli *c) {
             rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
         } else {
             print_result(s, &p, &r);
-            if (c->save_dir) rc = save_commit(c, s, &p, dirfd, o, lse);
+            if (c->save_dir) rc = save_commit(c, s, &in, dirfd, o, lse);
             if (r.checked && print_check(s, p.D, &r) != 0) rc = EXIT_FAIL;
         }
     }
@@ -569,7 +588,7 @@ static int guard_std_fds(void) {
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
     cli c = {NULL, NULL, NULL, 2, 8, 1024, 64, 1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0};
+             NULL, NULL, 0,    0, 0, 0};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);

@@ -231,10 +231,11 @@ run_leakcheck() {
 --stage 01 --seq 4 --dim 8 --check-rows 3
 --stage 01 --seq 16 --dim 8 --scale 3e38
 --stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --save @IN@/lse_is_dir
+--stage 01 --batch 1 --heads 1 --seq 4 --dim 8 --save @IN@/lse_is_dir --save-inputs
 EOF
     # Every host allocation of a small checked and saved run fails once (ATTN_FAIL_ALLOC=n, see
     # attn.h): each must exit 1 without a leak. n runs from 1 until a plain run gets through.
-    local fault="--stage 01 --causal --load @IN@/good --save @IN@/out --check" n=1
+    local fault="--stage 01 --causal --load @IN@/good --save @IN@/out --save-inputs --check" n=1
     local -a args
     read -r -a args <<<"$fault"
     while [ "$n" -lt 500 ] && ! ATTN_FAIL_ALLOC=$n "$attn" "${args[@]//@IN@/$dirs}" >/dev/null 2>&1; do

@@ -262,6 +262,50 @@ static int file_exists(const char *dir, const char *name) {
     return stat(path, &st) == 0;
 }
 
+/* --save-inputs writes the run's own random inputs beside its results: bit for bit what the harness
+ * generates for that seed, a folder that --load takes back, and a rerun from it gives the same O. */
+Test(cli, save_inputs_writes_a_folder_that_load_reads) {
+    char dir[64], args[512], path[512];
+    make_dir(dir, sizeof dir);
+    snprintf(args, sizeof args,
+             "--stage 01 --batch 1 --heads 2 --seq 77 --dim 40 --seed 5 --causal --save %s "
+             "--save-inputs",
+             dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    attn_problem p = attn_problem_make(1, 2, 77, 40, 1);
+    attn_inputs want;
+    cr_assert_eq(attn_inputs_random(&want, &p, 5, ATTN_INIT_NORMAL), ATTN_OK);
+    const uint16_t *w[3] = {want.q, want.k, want.v};
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        npy_array a;
+        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+        cr_assert(a.dtype == NPY_F16 && a.ndim == 4 && a.shape[0] == 1 && a.shape[1] == 2 &&
+                      a.shape[2] == 77 && a.shape[3] == 40,
+                  "%s.npy: dtype %d, %d dims", names[i], (int)a.dtype, a.ndim);
+        cr_assert(!memcmp(a.data, w[i], (size_t)attn_qkv_elems(&p) * 2),
+                  "%s.npy differs from the run's input", names[i]);
+        npy_free(&a);
+    }
+    attn_inputs_free(&want);
+    npy_array o1, o2;
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    cr_assert_eq(npy_read(path, &o1), ATTN_OK, "%s", attn_last_error());
+    snprintf(args, sizeof args, "--stage 01 --causal --load %s --save %s --check", dir, dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(strstr(out, "B=1 H=2 N=77 D=40") && strstr(out, "PASS"), "%s", out);
+    cr_assert_eq(npy_read(path, &o2), ATTN_OK, "%s", attn_last_error());
+    cr_assert(!memcmp(o1.data, o2.data, (size_t)(2 * 77 * 40) * 2),
+              "the rerun from the saved inputs differs");
+    npy_free(&o1), npy_free(&o2);
+    EXPECT_USAGE("--stage 01 --save-inputs", "--save-inputs needs --save DIR");
+    snprintf(args, sizeof args, "--stage 01 --save %s --save-inputs --save-inputs", dir);
+    EXPECT_USAGE(args, "--save-inputs given twice");
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_assert_eq(system(args), 0);
+}
+
 Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
     char dir[64], out_dir[64], args[512], path[512];
     make_dir(dir, sizeof dir);
