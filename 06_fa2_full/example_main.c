@@ -62,6 +62,16 @@ static int run_on_gpu(void) {
     const size_t bytes = sizeof hq;
     void *q, *k, *v, *o;
     float *lse;
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess ||
+        devices == 0) { /* said plainly: the runtime's own words read like a driver fault */
+        fprintf(stderr,
+                "fa2_example: no usable GPU here (CUDA says: %s); fa2_forward needs an sm_80 or newer "
+                "GPU and its driver\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+        return 1;
+    }
     CHECK_CUDA(cudaMalloc(&q, bytes));
     CHECK_CUDA(cudaMalloc(&k, bytes));
     CHECK_CUDA(cudaMalloc(&v, bytes));

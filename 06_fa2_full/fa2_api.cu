@@ -60,7 +60,7 @@ extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
                               a->scale);
     if (a->dtype != FA2_F16 && a->dtype != FA2_BF16)
         return fa2_refuse_got(f, FA2_EINVAL, "dtype", "must be FA2_F16 (0) or FA2_BF16 (1)",
-                              (double)a->dtype);
+                              (double)(int)a->dtype); /* (int): a negative value passed is shown as one */
     if (attn_refuse_misaligned(ptr, &r)) return fa2_refuse_shared(f, &r);
     if (a->D != 32 && a->D != 64 && a->D != 96 && a->D != 128 && a->D != 256)
         return fa2_refuse_got(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256",
@@ -69,10 +69,14 @@ extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
         return fa2_refuse_got(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30", (double)a->N);
     /* B*H*N*D elements and their bytes must be addressable with 64 bits */
     if (a->B > INT64_MAX / a->H || a->B * a->H > INT64_MAX / a->N ||
-        a->B * a->H * a->N > INT64_MAX / 2 / a->D)
-        return fa2_refuse(f, FA2_EINVAL, NULL, "B*H*N*D overflows 64 bits");
+        a->B * a->H * a->N > INT64_MAX / 2 / a->D) {
+        snprintf(f->got, sizeof f->got, "B=%lld H=%lld N=%lld D=%lld", (long long)a->B, (long long)a->H,
+                 (long long)a->N, (long long)a->D);
+        return fa2_refuse(f, FA2_EINVAL, "B*H*N*D", "overflows 64 bits");
+    }
     if (a->B * a->H > (int64_t)65535 * 65535)
-        return fa2_refuse(f, FA2_EUNSUPPORTED, "B*H", "must be at most 65535^2 (grid.y x grid.z)");
+        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "B*H", "must be at most 65535^2 (grid.y x grid.z)",
+                              (double)(a->B * a->H));
     return fa2_check_overlap(a, f);
 }
 

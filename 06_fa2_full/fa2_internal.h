@@ -44,7 +44,7 @@ typedef struct {
 typedef struct {
     const char *what;
     const char *why;
-    char got[32];
+    char got[96];
     cudaError_t cuda;
 } fa2_failure;
 

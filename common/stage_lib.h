@@ -40,12 +40,17 @@ const char *attn_lib_status_string(int s);
 
 /* The three functions of one stage library, declared (a C caller writes ATTN_STAGE_LIBRARY_API(overlap)
  * to call overlap_forward); ATTN_STAGE_LIBRARY defines them after this declaration, so the two agree. */
+#ifdef __cplusplus /* the API's names keep C linkage wherever a C++ caller writes the macro */
+#define ATTN_C_LINKAGE extern "C"
+#else
+#define ATTN_C_LINKAGE
+#endif
 #define ATTN_STAGE_LIBRARY_API(name)                                                                         \
-    int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
-                       int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
-                       cudaStream_t stream);                                                                 \
-    const char *name##_status_string(int s);                                                                 \
-    const char *name##_last_error(void);
+    ATTN_C_LINKAGE int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse,      \
+                                      int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale,   \
+                                      int dtype, cudaStream_t stream);                                       \
+    ATTN_C_LINKAGE const char *name##_status_string(int s);                                                  \
+    ATTN_C_LINKAGE const char *name##_last_error(void);
 
 #define ATTN_STAGE_LIBRARY(name, run)                                                                        \
     ATTN_STAGE_LIBRARY_API(name)                                                                             \

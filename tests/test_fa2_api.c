@@ -71,6 +71,14 @@ Test(fa2_api, refuses_bad_arguments_and_names_them) {
                    "q: must be 16-byte aligned");
     EXPECT_REFUSAL(call(q, k, v, o, (float *)((char *)lse + 2), 64, 64, 0.125f, FA2_F16), FA2_EINVAL,
                    "lse: must be 4-byte aligned");
+    /* a negative dtype is shown as the caller passed it, and the size limits give the values */
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 64, 64, 0.125f, (fa2_dtype)-1), FA2_EINVAL,
+                   "dtype: must be FA2_F16 (0) or FA2_BF16 (1) (got -1)");
+    EXPECT_REFUSAL(
+        fa2_forward(q, k, v, o, lse, (int64_t)1 << 40, (int64_t)1 << 40, 64, 64, 0, 0.125f, FA2_F16, 0),
+        FA2_EINVAL, "B*H*N*D: overflows 64 bits (got B=1099511627776 H=1099511627776 N=64 D=64)");
+    EXPECT_REFUSAL(fa2_forward(q, k, v, o, lse, 65536, 65536, 1, 64, 0, 0.125f, FA2_F16, 0), FA2_EUNSUPPORTED,
+                   "B*H: must be at most 65535^2 (grid.y x grid.z) (got 4294967296)");
 }
 
 /* fa2.h promises every |scale| <= FA2_MAX_SCALE and refuses the rest, saying so. */
@@ -352,6 +360,14 @@ Test(stage_lib_api, refuses_bad_arguments_and_names_them) {
                            "lse: must be 4-byte aligned");
         EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, (int64_t)1 << 40, (int64_t)1 << 40, N, D, 0, 0.125f, 0, 0),
                            1, "B*H*N*D: overflows 64 bits");
+        /* the stages' own limits, before any CUDA call as in fa2_forward: unsupported (2), not a CUDA error */
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, N, 32, 0, 0.125f, 0, 0), 2,
+                           "D: head dim must be 64, 128 or 256 (got 32)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, N, 300, 0, 0.125f, 0, 0), 2, "(got 300)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 1, ((int64_t)1 << 30) + 1, D, 0, 0.125f, 0, 0), 2,
+                           "N: must be at most 2^30 (got 1073741825)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 65536, 65536, 1, D, 0, 0.125f, 0, 0), 2,
+                           "B*H: must be at most 65535^2 (got 4294967296)");
         EXPECT_LIB_REFUSAL(L, f(q, k, v, q, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 1,
                            "o and q: an output must not share memory");
         EXPECT_LIB_REFUSAL(L, f(q, k, v, base + 2 * bytes + 16, lse, 1, 2, N, D, 1, 0.125f, 0, 0), 1,
