@@ -11,24 +11,31 @@ the current CUDA stream (torch.cuda.current_stream()) and not waited for, like a
 No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk)
 and this module loads it with ctypes. Inputs are PyTorch tensors, or any object with
 __cuda_array_interface__ (fp16 only, since that interface has no bf16 type string) together with
-out=(o, lse) and stream= (outputs must not be read-only). Bad arguments raise ValueError or TypeError naming the argument, before
-anything runs; a CUDA failure raises RuntimeError. FLASHATTN_LIB_DIR overrides the folder of the .so
-files (default: build/ beside this folder).
+out=(o, lse) (outputs must not be read-only); their stream= defaults to 0, the legacy default stream.
+The head dim D must be one the stage takes (STAGES below). Bad arguments raise ValueError or TypeError
+naming the argument, before anything is allocated or runs; a CUDA failure raises RuntimeError.
+FLASHATTN_LIB_DIR overrides the folder of the .so files (default: build/ beside this folder).
 """
 import ctypes
 import math
+import numbers
 import os
+import sys
 
 __all__ = ["forward", "stages", "library_path"]
 
-# Stage id -> (shared library, C prefix): the library exports PREFIX_forward and
+# Stage id -> (shared library, C prefix, head dims D, GPU): the library exports PREFIX_forward and
 # PREFIX_status_string with the signatures of 06_fa2_full/fa2.h, and PREFIX_last_error if it has one.
+# Head dims and GPUs as the C side states them: stage 06 in 06_fa2_full/fa2.h (fa2_forward's D; checked
+# in fa2_api.cu), stages 07-09 in common/stage_lib.h ("the head dim is 64, 128 or 256"), their
+# 0N_*/stageNN.h and common/registry.c (dims_hopper, SM90_ONLY). forward() refuses another D before
+# anything is allocated or loaded; python/README.md has the same table.
 # A later fast stage adds one line here and one $(eval ...) line in python/python.mk.
 STAGES = {
-    "06": ("libfa2.so", "fa2"),
-    "07": ("libtma_wgmma.so", "tma_wgmma"),         # sm_90 (H100, H200) only
-    "08": ("libwarp_specialized.so", "warp_specialized"),
-    "09": ("liboverlap.so", "overlap"),
+    "06": ("libfa2.so", "fa2", (32, 64, 96, 128, 256), "sm_80 or newer"),
+    "07": ("libtma_wgmma.so", "tma_wgmma", (64, 128, 256), "sm_90 (H100, H200) only"),
+    "08": ("libwarp_specialized.so", "warp_specialized", (64, 128, 256), "sm_90 (H100, H200) only"),
+    "09": ("liboverlap.so", "overlap", (64, 128, 256), "sm_90 (H100, H200) only"),
 }
 
 _DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
@@ -108,38 +115,74 @@ class _Arg:
         if not self.contiguous:
             raise ValueError("%s must be contiguous, row-major %s (call .contiguous() first)" % (self.name, what))
         if self.ptr % align:
+            if self.torch is not None:   # .contiguous() would return this same (contiguous) view
+                fix = "call .clone(): a new tensor starts aligned"
+            else:
+                fix = "copy it into a fresh allocation that starts on a %d-byte boundary (cudaMalloc " \
+                      "gives 256)" % align
             raise ValueError("%s must start on a %d-byte boundary (its data pointer is 0x%x; a view at an "
-                             "offset can break this: call .clone())" % (self.name, align, self.ptr))
+                             "offset can break this: %s)" % (self.name, align, self.ptr, fix))
+
+
+def _numpy_types(*names):
+    """numpy's scalar types of these names if numpy is loaded (a numpy scalar means it is), else ()."""
+    np = sys.modules.get("numpy")
+    return tuple(getattr(np, n) for n in names if hasattr(np, n)) if np is not None else ()
+
+
+def _causal(causal):
+    """causal as the C libraries take it: 0 or 1 (they refuse anything else)."""
+    if isinstance(causal, bool) or isinstance(causal, _numpy_types("bool_")):
+        return int(bool(causal))
+    if isinstance(causal, (int,) + _numpy_types("integer")) and int(causal) in (0, 1):
+        return int(causal)
+    raise ValueError("causal must be a bool or the int 0 or 1 (got %r)" % (causal,))
+
+
+def _head_dim(D, stage):
+    dims = STAGES[stage][2]
+    if D not in dims:
+        raise ValueError("D (q's last dim) = %d is unsupported by stage %s: its head dims are %s"
+                         % (D, stage, ", ".join(map(str, dims))))
 
 
 def _scale(scale, D):
     """The scale as the C libraries take it: a float with |scale| <= MAX_SCALE (0: uniform attention)."""
     if scale is None:
         return 1.0 / math.sqrt(D)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    # any real number: int, float, fractions.Fraction, decimal.Decimal, numpy's float32 and int64...
+    if isinstance(scale, (bool,) + _numpy_types("bool_")) or not (
+            isinstance(scale, numbers.Real) or hasattr(type(scale), "__float__")):
         raise TypeError("scale must be a number (got %s)" % type(scale).__name__)
     try:
         scale = float(scale)
     except OverflowError:
-        raise ValueError("scale must be finite with |scale| <= %g (got an int of %d digits)"
-                         % (MAX_SCALE, len(str(abs(scale))))) from None
+        if isinstance(scale, int):
+            raise ValueError("scale must be finite with |scale| <= %g (got an int of %d digits)"
+                             % (MAX_SCALE, len(str(abs(scale))))) from None
+        raise ValueError("scale must be finite with |scale| <= %g (got %r, past float range)"
+                         % (MAX_SCALE, scale)) from None
+    except (TypeError, ValueError) as e:   # a __float__ that refuses, Decimal("sNaN")
+        raise ValueError("scale must be finite with |scale| <= %g (got %r: %s)" % (MAX_SCALE, scale, e)) from None
     if not abs(scale) <= MAX_SCALE:
         raise ValueError("scale must be finite with |scale| <= %g (got %r)" % (MAX_SCALE, scale))
     return scale
 
 
-def _check(q, k, v, out, scale, stage):
+def _check(q, k, v, out, scale, stage, causal):
     a = [_Arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     a[0].expect([None] * 4, ("fp16", "bf16"), "[B, H, N, D]")
     B, H, N, D = a[0].shape
     if min(a[0].shape) < 1:
         raise ValueError("q must have B, H, N and D of at least 1 (got %s)" % list(a[0].shape))
+    _head_dim(D, stage)
     for x in a[1:]:
         x.expect(a[0].shape, (a[0].dtype,), "%s, the same as q's [B, H, N, D]" % list(a[0].shape))
-    for x in a[1:]:
-        if x.device != a[0].device:
+    for x in a[1:]:   # torch tensors only: __cuda_array_interface__ has no device (the C library checks)
+        if None not in (x.device, a[0].device) and x.device != a[0].device:
             raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
     scale = _scale(scale, D)
+    causal = _causal(causal)
     if out is not None:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError("out must be a pair (o, lse); lse may be None for stage 06")
@@ -153,22 +196,23 @@ def _check(q, k, v, out, scale, stage):
         for x in (o, lse):
             if x is not None and x.readonly:
                 raise ValueError("%s is read-only (its __cuda_array_interface__ says so)" % x.name)
-            if x is not None and x.device != a[0].device:
+            if x is not None and None not in (x.device, a[0].device) and x.device != a[0].device:
                 raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
     elif a[0].torch is None:
         raise TypeError("out=(o, lse) is needed for inputs that are not torch tensors")
-    return a, scale
+    return a, scale, causal
 
 
 def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None):
     """O and LSE of attention over q, k, v ([B, H, N, D], one 16-bit dtype, contiguous, one CUDA
-    device). causal: query i sees keys 0..i. scale: default 1/sqrt(D); |scale| <= MAX_SCALE, 0 is
-    uniform attention. out=(o, lse): write there (lse may be None for stage 06 only) instead of new
-    tensors. stream: a cudaStream_t as an int; default: torch's
-    current stream on q's device (0, the legacy default stream, without torch). Returns (o, lse)."""
+    device; D one of the stage's head dims, STAGES[stage][2]). causal: True or 1, query i sees keys
+    0..i; False or 0, every key (no other value). scale: any real number, default 1/sqrt(D); finite
+    with |scale| <= MAX_SCALE, 0 is uniform attention. out=(o, lse): write there (lse may be None for
+    stage 06 only) instead of new tensors. stream: a cudaStream_t as an int; default: torch's current
+    stream on q's device when q is a torch tensor, else 0, the legacy default stream. Returns (o, lse)."""
     if stage not in STAGES:
         raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
-    (aq, ak, av), scale = _check(q, k, v, out, scale, stage)
+    (aq, ak, av), scale, causal = _check(q, k, v, out, scale, stage, causal)
     B, H, N, D = aq.shape
     fwd, status, last, prefix = _load(stage)
     torch = None
@@ -185,10 +229,10 @@ def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None
         stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else 0
     if torch is not None:
         with torch.cuda.device(q.device):
-            st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, int(bool(causal)), scale,
+            st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, causal, scale,
                      _DTYPES[aq.dtype], stream)
     else:
-        st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, int(bool(causal)), scale,
+        st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, causal, scale,
                  _DTYPES[aq.dtype], stream)
     if st != 0:
         why = status(st).decode()

@@ -1,7 +1,7 @@
 # python/python.mk: the fast stages as shared libraries, for python/flashattn_stages.py (ctypes) and
 # any other language with a C FFI. Included by the root Makefile after the stages' own fragments.
 #
-#   make build/libfa2.so   stage 06 (06_fa2_full: fa2_forward, fa2_status_string; see fa2.h)
+#   make build/libfa2.so   stage 06 (fa2_forward, fa2_status_string, fa2_last_error; see 06_fa2_full/fa2.h)
 #   make shared-libs       every library listed below
 #   make check-python      the libraries, then pytest on python/ (the module and the Triton kernel
 #                          against float64 references; GPU tests skip, saying why, without a GPU)

@@ -116,6 +116,172 @@ def test_what_the_c_side_takes_passes_the_python_checks(case):
         assert words not in str(e.value), str(e.value)
 
 
+class LibraryCalls:
+    """Stands in for fa._load: records whether the library was loaded and what forward passed it."""
+
+    def __init__(self, monkeypatch):
+        self.loads, self.calls = [], []
+        monkeypatch.setattr(fa, "_load", self.load)
+
+    def load(self, stage):
+        self.loads.append(stage)
+        return self.forward, None, None, fa.STAGES[stage][1]
+
+    def forward(self, *args):
+        self.calls.append(args)   # q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream
+        return 0
+
+
+def call(D=64, stage="06", with_out=True, **kw):
+    shape = (2, 3, 17, D)
+    q, k, v = fakes(shape)
+    return fa.forward(q, k, v, stage=stage, out=out_for(shape) if with_out else None, **kw)
+
+
+class FakeNumpy:
+    """Stand-ins for numpy's scalar types when numpy is absent: neither int, float nor bool subclasses."""
+
+    class bool_:
+        def __init__(self, x): self.x = bool(x)
+        def __bool__(self): return self.x
+        def __float__(self): return float(self.x)
+        def __repr__(self): return "np.%s" % self.x
+
+    class integer:
+        def __init__(self, x): self.x = int(x)
+        def __int__(self): return self.x
+        def __index__(self): return self.x
+        def __float__(self): return float(self.x)
+        def __eq__(self, other): return self.x == other
+        def __hash__(self): return hash(self.x)
+        def __repr__(self): return "np.int64(%d)" % self.x
+
+    class float32:   # only __float__, as an object that is no numbers.Real registers itself
+        def __init__(self, x): self.x = x
+        def __float__(self): return float(self.x)
+        def __repr__(self): return "np.float32(%r)" % self.x
+
+
+def numpy_or_fake(monkeypatch):
+    """(bool_, int64, float32) of numpy if it is installed, else of a fake numpy put in sys.modules."""
+    try:
+        import numpy as np
+        return np.bool_, np.int64, np.float32
+    except ImportError:
+        fake = type(sys)("numpy")
+        fake.bool_, fake.integer, fake.float32 = FakeNumpy.bool_, FakeNumpy.integer, FakeNumpy.float32
+        monkeypatch.setitem(sys.modules, "numpy", fake)
+        return fake.bool_, fake.integer, fake.float32
+
+
+@pytest.mark.parametrize("causal", [2, -1, "no", "", None, 1.0, 0.5, [1]])
+def test_causal_is_a_bool_or_0_or_1(monkeypatch, causal):
+    """The C libraries refuse causal other than 0 or 1: int(bool(2)) must not turn it into 1."""
+    lib = LibraryCalls(monkeypatch)
+    with pytest.raises(ValueError, match=r"causal must be a bool or the int 0 or 1 \(got "):
+        call(causal=causal)
+    assert lib.loads == []
+
+
+def test_causal_takes_bools_0_1_and_numpy_scalars(monkeypatch):
+    np_bool, np_int, _ = numpy_or_fake(monkeypatch)
+    lib = LibraryCalls(monkeypatch)
+    for causal, want in ((True, 1), (False, 0), (1, 1), (0, 0), (np_bool(True), 1), (np_bool(False), 0),
+                         (np_int(1), 1), (np_int(0), 0)):
+        call(causal=causal)
+        got = lib.calls[-1][9]
+        assert type(got) is int and got == want, (causal, got)
+    for causal in (np_int(2), np_int(-1)):
+        with pytest.raises(ValueError, match="causal must be"):
+            call(causal=causal)
+
+
+# The head dims of the C side, written out again here (06_fa2_full/fa2.h; common/stage_lib.h), so that
+# a wrong STAGES table fails too.
+C_HEAD_DIMS = {"06": (32, 64, 96, 128, 256), "07": (64, 128, 256), "08": (64, 128, 256), "09": (64, 128, 256)}
+
+
+@pytest.mark.parametrize("stage", ["06", "07", "08", "09"])
+def test_head_dim_refused_before_loading_or_allocating(monkeypatch, stage):
+    lib = LibraryCalls(monkeypatch)
+    for D in (1, 16, 32, 64, 80, 96, 128, 192, 256, 300, 512):
+        if D in C_HEAD_DIMS[stage]:
+            call(D=D, stage=stage)
+            assert lib.calls[-1][8] == D
+            continue
+        n = len(lib.loads)
+        for with_out in (True, False):   # without out=, before the allocation (and the out= TypeError)
+            with pytest.raises(ValueError) as e:
+                call(D=D, stage=stage, with_out=with_out)
+            msg = str(e.value)
+            for words in ("D (q's last dim) = %d" % D, "stage %s" % stage, ", ".join(map(str, C_HEAD_DIMS[stage]))):
+                assert words in msg, msg
+        assert len(lib.loads) == n, "the library was loaded for D=%d" % D
+
+
+def test_head_dims_agree_with_the_registry():
+    """STAGES' head dims repeat what the C registry says (common/registry.c, through `attn --list-dims`):
+    this test is what keeps the two from drifting apart."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    attn = next((p for p in (os.path.join(root, "build", "attn"), os.path.join(root, "build", "nocuda", "attn"))
+                 if os.access(p, os.X_OK)), None)
+    if attn is None:
+        pytest.skip("build/attn not built (make, or make NO_CUDA=1)")
+    for stage, entry in fa.STAGES.items():
+        listed = subprocess.run([attn, "--list-dims", stage], check=True, capture_output=True, text=True).stdout
+        assert tuple(int(d) for d in listed.split()) == entry[2], (stage, listed, entry[2])
+
+
+def test_scale_takes_any_real_number(monkeypatch):
+    import decimal
+    import fractions
+    _, np_int, np_float32 = numpy_or_fake(monkeypatch)
+    lib = LibraryCalls(monkeypatch)
+    for scale in (fractions.Fraction(1, 8), decimal.Decimal("0.125"), np_float32(0.125), np_int(2), 0.125, 1):
+        call(scale=scale)
+        got = lib.calls[-1][10]
+        assert type(got) is float and got == float(scale), (scale, got)
+
+
+@pytest.mark.parametrize("scale, exc, words", [
+    (True, TypeError, "scale must be a number (got bool)"),
+    (b"1", TypeError, "scale must be a number (got bytes)"),
+    (1j, TypeError, "scale must be a number (got complex)"),
+    ("decimal nan", ValueError, "scale must be finite"),
+    ("decimal inf", ValueError, "scale must be finite"),
+    ("huge fraction", ValueError, "past float range"),
+    ("numpy nan", ValueError, "scale must be finite"),
+    ("numpy bool", TypeError, "scale must be a number"),
+])
+def test_scale_refusals_of_other_number_types(monkeypatch, scale, exc, words):
+    import decimal
+    import fractions
+    np_bool, _, np_float32 = numpy_or_fake(monkeypatch)
+    scale = {"decimal nan": decimal.Decimal("nan"), "decimal inf": decimal.Decimal("-Infinity"),
+             "huge fraction": fractions.Fraction(10 ** 400, 3), "numpy nan": np_float32("nan"),
+             "numpy bool": np_bool(True)}.get(scale, scale) if isinstance(scale, str) else scale
+    lib = LibraryCalls(monkeypatch)
+    with pytest.raises(exc) as e:
+        call(scale=scale)
+    assert words in str(e.value)
+    assert lib.loads == []
+
+
+@pytest.mark.parametrize("kind", ["lse", "k"])
+def test_misalignment_hint_fits_a_non_torch_array(kind):
+    q, k, v = fakes()
+    o, lse = out_for((2, 3, 17, 64))
+    if kind == "k":
+        k = FakeCuda((2, 3, 17, 64), ptr=(2 << 20) + 2)
+    else:
+        lse = FakeCuda((2, 3, 17), "<f4", ptr=(5 << 20) + 2)
+    with pytest.raises(ValueError) as e:
+        fa.forward(q, k, v, out=(o, lse))
+    assert "fresh allocation that starts on a %d-byte boundary" % (16 if kind == "k" else 4) in str(e.value)
+    assert ".clone()" not in str(e.value)
+
+
 # ---- on the GPU ------------------------------------------------------------------------------
 
 def gpu_or_skip():
@@ -229,5 +395,7 @@ def test_refusals_on_torch_tensors():
     with pytest.raises(ValueError, match="k must start on a 16-byte boundary"):
         fa.forward(q, flat[1:].view(q.shape), q)
     q80 = torch.randn(1, 2, 64, 80, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match="unsupported"):
+    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 80 is unsupported by stage 06"):
         fa.forward(q80, q80, q80)
+    with pytest.raises(ValueError, match=r"call \.clone\(\)"):
+        fa.forward(q, flat[1:].view(q.shape), q)
