@@ -67,61 +67,61 @@ static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
 const attn_stage attn_stages[] = {
     {"01", "01_naive_cpu", "naive_cpu",
-     "the OpenMP CPU reference in double: S = QK^T*scale, mask, softmax, O = PV, LSE", CPU_ONLY, 1, F16_BF16,
-     "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
+     "the OpenMP CPU reference in double: S = QK^T*scale, mask, softmax, O = PV, LSE",
+     CPU_ONLY, 1, F16_BF16, "1..256", stage01_supports_dim, NULL, NULL, stage01_run},
     {"02", "02_naive_gpu", "naive_gpu",
-     "the same on the GPU, materialising the N x N scores in device memory", SM70_UP, 1, F16_ONLY, "1..256",
-     dims_any, stage02_workspace_bytes, "the N x N scores", GPU_RUN(stage02_run)},
+     "the same on the GPU, materialising the N x N scores in device memory",
+     SM70_UP, 1, F16_ONLY, "1..256", dims_any, stage02_workspace_bytes,
+     "the N x N scores", GPU_RUN(stage02_run)},
     {"03", "03_tiled", "tiled",
-     "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV", SM70_UP,
-     0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
+     "tiles of Q, K, V through shared memory, no N x N matrix; two passes: row max, then sum and PV",
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage03_run)},
     {"03m", "03_tiled", "tiled_cpu",
-     "stage 03's two passes over 64x64 tiles as plain C on the CPU (a model of the kernel)", CPU_ONLY, 0,
-     F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage03m_run},
+     "stage 03's two passes over 64x64 tiles as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage03m_run},
     {"04", "04_online_softmax", "online_softmax",
-     "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l", SM70_UP, 0, F16_ONLY,
-     "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
+     "one pass: running max m and sum l, alpha = exp2(m_old - m_new) rescales O and l",
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage04_run)},
     {"04m", "04_online_softmax", "online_softmax_cpu",
-     "stage 04's one pass with m, l and alpha as plain C on the CPU (a model of the kernel)", CPU_ONLY, 0,
-     F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage04m_run},
+     "stage 04's one pass with m, l and alpha as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage04m_run},
     {"05", "05_causal_bands", "causal_bands",
-     "causal: key tiles below the diagonal unmasked, on it masked, above it never visited", SM70_UP, 0,
-     F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
+     "causal: key tiles below the diagonal unmasked, on it masked, above it never visited",
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, GPU_RUN(stage05_run)},
     {"05m", "05_causal_bands", "causal_bands_cpu",
-     "stage 05's causal bands as plain C on the CPU (a model of the kernel)", CPU_ONLY, 0, F16_ONLY,
-     "32, 64, 128", dims_tiles, NULL, NULL, stage05m_run},
+     "stage 05's causal bands as plain C on the CPU (a model of the kernel)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage05m_run},
     /* Stage 06's road: each step one idea on the way from stage 05 to stage 06 (06_fa2_full/step06*.cu). */
     {"06a", "06_fa2_full", "fa2_first_mma",
-     "road: stage 05 on mma.sync (64 x 64 tiles, P through smem, load then compute, Q re-read)", SM80_UP, 1,
-     F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06a_run)},
+     "road: stage 05 on mma.sync (64 x 64 tiles, P through smem, load then compute, Q re-read)",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06a_run)},
     {"06b", "06_fa2_full", "fa2_p_in_registers", "road: 06a + P kept in registers (the S accumulators)",
      SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06b_run)},
     {"06c", "06_fa2_full", "fa2_swizzle", "road: 06b + XOR-swizzled shared memory (no bank conflicts)",
      SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06c_run)},
-    {"06d", "06_fa2_full", "fa2_q_in_registers", "road: 06c + Q fragments held in registers", SM80_UP, 1,
-     F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06d_run)},
-    {"06e", "06_fa2_full", "fa2_double_buffer", "road: 06d + cp.async double buffering of K and V", SM80_UP,
-     1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06e_run)},
+    {"06d", "06_fa2_full", "fa2_q_in_registers", "road: 06c + Q fragments held in registers",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06d_run)},
+    {"06e", "06_fa2_full", "fa2_double_buffer", "road: 06d + cp.async double buffering of K and V",
+     SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06e_run)},
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: 06e with FA2's tiles per head dim (128 rows, 32 per warp), bf16, D up to 256",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
     {"06m", "06_fa2_full", "fa2_cpu",
-     "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)", CPU_ONLY,
-     1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, stage06m_run},
+     "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)",
+     CPU_ONLY, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, stage06m_run},
     {"07", "07_tma_wgmma", "tma_wgmma",
-     "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from "
-     "registers",
+     "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from registers",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage07_run)},
     {"08", "08_warp_specialized", "warp_specialized",
      "warp specialization: a producer warp only issues TMA into a K/V ring, consumer warpgroups only compute",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage08_run)},
     {"09", "09_overlap", "overlap",
-     "softmax under the tensor cores: two consumer warpgroups ping-pong their GEMMs, softmax j runs under P "
-     "V of j-1",
+     "softmax under the tensor cores: two consumer warpgroups ping-pong their GEMMs, softmax j runs under P V of j-1",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage09_run)},
     {"10", "10_context_parallel", "context_parallel",
      "past one GPU: Q stays, K/V shards travel a ring of GPUs (NCCL), partials merged by their LSE",
-     SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL, NCCL_RUN(stage10_run)},
+     SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL,
+     NCCL_RUN(stage10_run)},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
@@ -141,24 +141,20 @@ static int id_is_number(const char *id) { return id[0] && strspn(id, "0123456789
 
 /* An exact id or name first. Then a number with an optional one-letter suffix, the leading zero
  * optional and the letter in either case: "3" and "03" name stage 03, "3m" and "03M" its CPU model,
- * "6a" the road's first step. A folder
- * names the numbered stage in it (not its road steps or CPU model). */
+ * "6a" the road's first step. A folder names the numbered stage in it (not its road steps or CPU model). */
 const attn_stage *attn_find_stage(const char *key) {
     if (!key || !*key) return NULL;
     for (int s = 0; s < attn_num_stages; s++)
-        if (strcmp(key, attn_stages[s].id) == 0 || strcmp(key, attn_stages[s].name) == 0)
-            return &attn_stages[s];
+        if (strcmp(key, attn_stages[s].id) == 0 || strcmp(key, attn_stages[s].name) == 0) return &attn_stages[s];
     char *end = NULL;
     const long n = key[0] >= '0' && key[0] <= '9' ? strtol(key, &end, 10) : -1;
     if (n >= 0 && n < 100 && strlen(end) <= 1)
         for (int s = 0; s < attn_num_stages; s++) {
             char *id_end = NULL;
-            if (strtol(attn_stages[s].id, &id_end, 10) == n && strcasecmp(id_end, end) == 0)
-                return &attn_stages[s];
+            if (strtol(attn_stages[s].id, &id_end, 10) == n && strcasecmp(id_end, end) == 0) return &attn_stages[s];
         }
     for (int s = 0; s < attn_num_stages; s++)
-        if (id_is_number(attn_stages[s].id) && strcmp(key, attn_stages[s].folder) == 0)
-            return &attn_stages[s];
+        if (id_is_number(attn_stages[s].id) && strcmp(key, attn_stages[s].folder) == 0) return &attn_stages[s];
     return NULL;
 }
 
@@ -175,17 +171,15 @@ attn_status attn_stage_gpus_ok(const attn_stage *s, int gpus) {
     if (gpus < 0 || gpus > ATTN_MAX_GPUS)
         return attn_fail(ATTN_EINVAL, "--gpus must be an integer from 1 to %d (got %d)", ATTN_MAX_GPUS, gpus);
     if (gpus > 1 && s->max_gpus < gpus)
-        return attn_fail(ATTN_EINVAL,
-                         "--gpus %d: stage %s runs on %s; only a multi-GPU stage (see --list) "
-                         "takes --gpus above 1",
-                         gpus, s->id, s->max_gpus ? "one GPU" : "the CPU");
+        return attn_fail(ATTN_EINVAL, "--gpus %d: stage %s runs on %s; only a multi-GPU stage (see --list) "
+                         "takes --gpus above 1", gpus, s->id, s->max_gpus ? "one GPU" : "the CPU");
     return ATTN_OK;
 }
 
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p) {
     if (!s->supports_dim(p->D))
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim %s (got %lld)", s->id, s->dims_text,
-                         (long long)p->D);
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim %s (got %lld)", s->id,
+                         s->dims_text, (long long)p->D);
     if (!(s->dtypes & ATTN_DTYPE_BIT(p->dtype)))
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports dtype %s (got %s)", s->id,
                          (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16, bf16" : "fp16",

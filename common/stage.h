@@ -50,8 +50,8 @@ typedef struct {
      * problem over the GPUs of a host through NCCL (built only where NCCL was found). */
     int max_gpus;
     int writes_lse;
-    unsigned dtypes;       /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
-    const char *dims_text; /* the head dims it takes, for messages and --list: "1..256" */
+    unsigned dtypes;        /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
+    const char *dims_text;  /* the head dims it takes, for messages and --list: "1..256" */
     int (*supports_dim)(int64_t D);
     /* Bytes of scratch the stage needs beyond Q, K, V, O and LSE; NULL means none. */
     size_t (*workspace_bytes)(const attn_problem *p);
