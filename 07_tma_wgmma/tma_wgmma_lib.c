@@ -3,8 +3,9 @@
  * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
+#include "hopper_host.h"
 #include "stage07.h"
 #include "stage_lib.h"
 
-ATTN_STAGE_LIBRARY(tma_wgmma, stage07_run)
+ATTN_STAGE_LIBRARY(tma_wgmma, stage07_run, hop_check_limits)
 #endif

@@ -3,8 +3,9 @@
  * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
+#include "hopper_host.h"
 #include "stage08.h"
 #include "stage_lib.h"
 
-ATTN_STAGE_LIBRARY(warp_specialized, stage08_run)
+ATTN_STAGE_LIBRARY(warp_specialized, stage08_run, hop_check_limits)
 #endif

@@ -295,8 +295,8 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
     }                                                                                                        \
     extern "C" attn_status run_fn(const attn_problem *pr, const attn_args *a) {                              \
         hop_attn_params kp;                                                                                  \
-        attn_status st = hop_attn_setup(&kp, pr, a, br_for((int)pr->D),                                      \
-                                        keys_per_tile((int)pr->D, pr->causal, pr->N), id);                   \
+        attn_status st =                                                                                     \
+            hop_attn_setup(&kp, pr, a, br_for((int)pr->D), keys_per_tile((int)pr->D, pr->causal, pr->N));    \
         if (st != ATTN_OK) return st;                                                                        \
         const cudaStream_t s = (cudaStream_t)a->stream;                                                      \
         if (pr->dtype == ATTN_BF16)                                                                          \

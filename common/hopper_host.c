@@ -48,17 +48,20 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
     return ATTN_OK;
 }
 
-attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc,
-                           const char *id) {
-    if (p->N > ((int64_t)1 << 30))
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: N must be at most 2^30", id);
+attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D) {
+    if (D != 64 && D != 128 && D != 256)
+        return attn_fail(ATTN_EUNSUPPORTED, "D: head dim must be 64, 128 or 256 (got %lld)", (long long)D);
+    if (N > ((int64_t)1 << 30))
+        return attn_fail(ATTN_EUNSUPPORTED, "N: must be at most 2^30 (got %lld)", (long long)N);
+    if (B * H > (int64_t)HOP_GRID_YZ * HOP_GRID_YZ)
+        return attn_fail(ATTN_EUNSUPPORTED, "B*H: must be at most 65535^2 (got %lld)", (long long)(B * H));
+    return ATTN_OK;
+}
+
+attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc) {
+    attn_status st = hop_check_limits(p->B, p->H, p->N, p->D);
+    if (st != ATTN_OK) return st;
     const int64_t bh = p->B * p->H;
-    if (bh > (int64_t)HOP_GRID_YZ * HOP_GRID_YZ)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: B*H must be at most 65535^2", id);
-    if (p->D != 64 && p->D != 128 && p->D != 256)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim 64, 128, 256 (got %lld)", id,
-                         (long long)p->D);
-    attn_status st;
     if ((st = hop_tensor_map(&kp->q_map, a->q, bh, p->N, p->D, br)) != ATTN_OK ||
         (st = hop_tensor_map(&kp->k_map, a->k, bh, p->N, p->D, bc)) != ATTN_OK ||
         (st = hop_tensor_map(&kp->v_map, a->v, bh, p->N, p->D, bc)) != ATTN_OK)

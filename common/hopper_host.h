@@ -38,11 +38,14 @@ typedef struct {
 /* The largest grid.y and grid.z: B*H is spread over both. */
 #define HOP_GRID_YZ 65535
 
-/* Checks the problem's limits for stage `id` (N <= 2^30, B*H <= 65535^2, D 64, 128 or 256) and fills
- * *kp: tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06
+/* The Hopper stages' limits: D 64, 128 or 256, N <= 2^30, B*H <= 65535^2 (B*H*N*D already known to
+ * fit in 64 bits). ATTN_EUNSUPPORTED naming the argument and the value ("D: head dim must be 64, 128 or
+ * 256 (got 32)"). Asked by hop_attn_setup, and by the stage libraries before any CUDA call (stage_lib.c). */
+attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D);
+
+/* Checks the problem's limits (hop_check_limits) and fills *kp: tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06
  * takes it (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
-attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc,
-                           const char *id);
+attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc);
 
 /* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box
  * of 64 columns x box_rows rows. ATTN_ENODEV when the driver lacks the function, ATTN_EINVAL when the

@@ -2,7 +2,7 @@
  * stage_lib.c: the checks and status mapping behind every stage library's NAME_forward (stage_lib.h),
  * with fa2_forward's contract (06_fa2_full/fa2.h): the same checks in the same order, every refusal a
  * line "argument: reason (got value)". First what needs no CUDA call (pointers, sizes, causal, scale,
- * dtype, alignment, the size limits and head dims of stages 07-09, outputs overlapping inputs), then
+ * dtype, alignment, the stage's own limits (its head dims, N, B*H), outputs overlapping inputs), then
  * what the pointers are, then the stage.
  */
 #ifdef ATTN_HAVE_CUDA
@@ -19,7 +19,7 @@ static attn_status refuse_shared(const attn_refusal *r) {
 }
 
 static attn_status check_args(const void *const ptr[5], const int64_t size[4], int causal, float scale,
-                              int dtype) {
+                              int dtype, attn_stage_limits_fn limits) {
     attn_refusal r;
     if (attn_refuse_pointers_and_sizes(ptr, size, causal, 1, &r)) return refuse_shared(&r); /* lse required */
     if (!(fabsf(scale) <= ATTN_LIB_MAX_SCALE)) /* also NaN: the kernels multiply by |scale| * log2(e) */
@@ -33,14 +33,10 @@ static attn_status check_args(const void *const ptr[5], const int64_t size[4], i
     if (B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D)
         return attn_fail(ATTN_EINVAL, "B*H*N*D: overflows 64 bits (B=%lld H=%lld N=%lld D=%lld)",
                          (long long)B, (long long)H, (long long)N, (long long)D);
-    /* The stages' own limits (hop_attn_setup checks them again at launch), asked here, before any CUDA
-     * call, as fa2_forward asks its own: a head dim these stages lack is not a CUDA error */
-    if (D != 64 && D != 128 && D != 256)
-        return attn_fail(ATTN_EUNSUPPORTED, "D: head dim must be 64, 128 or 256 (got %lld)", (long long)D);
-    if (N > ((int64_t)1 << 30))
-        return attn_fail(ATTN_EUNSUPPORTED, "N: must be at most 2^30 (got %lld)", (long long)N);
-    if (B * H > (int64_t)65535 * 65535)
-        return attn_fail(ATTN_EUNSUPPORTED, "B*H: must be at most 65535^2 (got %lld)", (long long)(B * H));
+    /* the stage's own limits, before any CUDA call as fa2_forward asks its own: a head dim the stage
+     * lacks is not a CUDA error */
+    attn_status st = limits(B, H, N, D);
+    if (st != ATTN_OK) return st;
     const char *pair =
         attn_overlapping_outputs(ptr, (uint64_t)(B * H * N * D) * 2u, (uint64_t)(B * H * N) * 4u);
     return pair ? attn_fail(ATTN_EINVAL, "%s: " ATTN_OVERLAP_WHY, pair) : ATTN_OK;
@@ -72,12 +68,12 @@ static int lib_status(attn_status s) {
     }
 }
 
-int attn_lib_forward(attn_stage_run_fn run, const void *q, const void *k, const void *v, void *o, float *lse,
-                     int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,
-                     cudaStream_t stream) {
+int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, const void *q, const void *k,
+                     const void *v, void *o, float *lse, int64_t B, int64_t H, int64_t N, int64_t D,
+                     int causal, float scale, int dtype, cudaStream_t stream) {
     const void *const ptr[5] = {q, k, v, o, lse};
     const int64_t size[4] = {B, H, N, D};
-    attn_status st = check_args(ptr, size, causal, scale, dtype);
+    attn_status st = check_args(ptr, size, causal, scale, dtype, limits);
     if (st == ATTN_OK) st = check_device_memory(ptr);
     if (st != ATTN_OK) return lib_status(st);
     /* the stage takes scale = 0 as stage 06 does */

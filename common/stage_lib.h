@@ -2,7 +2,7 @@
  * stage_lib.h: the C library surface of a fast stage, for build/lib<name>.so (python/python.mk) and
  * python/flashattn_stages.py. Each stage that ships as a library declares it in one line,
  *
- *     ATTN_STAGE_LIBRARY(overlap, stage09_run)     -> overlap_forward, overlap_status_string,
+ *     ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_limits) -> overlap_forward, overlap_status_string,
  *                                                     overlap_last_error
  *
  * with the signature, status codes and argument rules of stage 06's fa2_forward (06_fa2_full/fa2.h):
@@ -31,11 +31,13 @@ extern "C" {
 #define ATTN_LIB_MAX_SCALE 2.3e38f
 
 typedef attn_status (*attn_stage_run_fn)(const attn_problem *p, const attn_args *a);
+/* The stage's own limits (head dims, N, B*H), asked before any CUDA call: hop_check_limits for 07-09 */
+typedef attn_status (*attn_stage_limits_fn)(int64_t B, int64_t H, int64_t N, int64_t D);
 
 /* Checks the arguments (above), runs the stage, and maps its status to fa2's codes. */
-int attn_lib_forward(attn_stage_run_fn run, const void *q, const void *k, const void *v, void *o, float *lse,
-                     int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,
-                     cudaStream_t stream);
+int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, const void *q, const void *k,
+                     const void *v, void *o, float *lse, int64_t B, int64_t H, int64_t N, int64_t D,
+                     int causal, float scale, int dtype, cudaStream_t stream);
 const char *attn_lib_status_string(int s);
 
 /* The three functions of one stage library, declared (a C caller writes ATTN_STAGE_LIBRARY_API(overlap)
@@ -52,12 +54,12 @@ const char *attn_lib_status_string(int s);
     ATTN_C_LINKAGE const char *name##_status_string(int s);                                                  \
     ATTN_C_LINKAGE const char *name##_last_error(void);
 
-#define ATTN_STAGE_LIBRARY(name, run)                                                                        \
+#define ATTN_STAGE_LIBRARY(name, run, limits)                                                                \
     ATTN_STAGE_LIBRARY_API(name)                                                                             \
     int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
                        int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
                        cudaStream_t stream) {                                                                \
-        return attn_lib_forward(run, q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream);             \
+        return attn_lib_forward(run, limits, q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream);     \
     }                                                                                                        \
     const char *name##_status_string(int s) { return attn_lib_status_string(s); }                            \
     const char *name##_last_error(void) { return attn_last_error(); }
