@@ -80,31 +80,12 @@ SANITIZE_JOBS ?= $(shell nproc 2>/dev/null || echo 4)
 
 # SANITIZE_RESUME=1 keeps SANITIZE_OUT and runs only the processes that have not finished there (a
 # summary row written), so that the whole set, over 10 minutes, can be run across several limited
-# sessions with the same variables; the table counts every finished process of the plan.
+# sessions with the same variables; the table counts every finished process of the plan
+# (tests/sanitize.sh parallel).
 sanitize: $(ATTN)
-	@if [ "$(SANITIZE_RESUME)" != 1 ]; then rm -rf $(SANITIZE_OUT); fi; mkdir -p $(SANITIZE_OUT)
-	@bash tests/sanitize.sh plan $(ATTN) >$(SANITIZE_OUT)/plan.txt || exit 2; \
-	 while read t s d; do [ "$$(cat $(SANITIZE_OUT)/$$t-$$s-d$$d/summary.txt 2>/dev/null | wc -l)" -ge 2 ] || \
-	   echo "$$t $$s $$d"; done <$(SANITIZE_OUT)/plan.txt >$(SANITIZE_OUT)/todo.txt; \
-	 echo "sanitize: $$(wc -l <$(SANITIZE_OUT)/plan.txt) (tool, stage, D) processes, $(SANITIZE_JOBS) at a time" \
-	      "($$(wc -l <$(SANITIZE_OUT)/todo.txt) to run)"; \
-	 xargs -P $(SANITIZE_JOBS) -L 1 sh -c 'HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) \
-	   SANITIZE_DIR=$(SANITIZE_OUT)/$$0-$$1-d$$2 SANITIZE_TOOLS=$$0 SANITIZE_STAGES=$$1 SANITIZE_DIMS=$$2 \
-	   bash tests/sanitize.sh compute $(ATTN) >$(SANITIZE_OUT)/$$0-$$1-d$$2.out 2>&1' \
-	   <$(SANITIZE_OUT)/todo.txt || true
-	@ls $(SANITIZE_OUT)/*/summary.txt >/dev/null 2>&1 || { echo "sanitize: no run finished:"; \
-	 cat $(SANITIZE_OUT)/*.out | sort -u | head -n 5; exit 1; }
-	@grep -h '^  ' $(SANITIZE_OUT)/*.out || true
-	@cat $(SANITIZE_OUT)/*/summary.txt | grep -v '^tool' | sort -k1,1 -k2,2 -k3,3n | \
-	 awk -v planned=$$(wc -l <$(SANITIZE_OUT)/plan.txt) ' \
-	   { k = $$1 " " $$2; if (!(k in r)) { keys[++n] = k; d[k] = $$3 } else d[k] = d[k] "," $$3; \
-	     r[k] += $$4; e[k] += $$5; f[k] += $$6; R += $$4; E += $$5; F += $$6; done_++ } \
-	   END { printf "%-10s %-6s %-22s %5s %7s %7s\n", "tool", "stage", "D", "runs", "errors", "failed"; \
-	         for (i = 1; i <= n; i++) { split(keys[i], kk, " "); \
-	           printf "%-10s %-6s %-22s %5d %7d %7d\n", kk[1], kk[2], d[keys[i]], r[keys[i]], e[keys[i]], f[keys[i]] } \
-	         printf "sanitize: %d of %d processes finished, %d runs, %d errors, %d failed runs\n", done_, planned, R, E, F; \
-	         exit (done_ < planned || E > 0 || F > 0) }' \
-	 || { echo "logs: $(SANITIZE_OUT)/<tool>-<stage>-d<D>/"; exit 1; }
+	@HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) SANITIZE_OUT=$(SANITIZE_OUT) SANITIZE_JOBS=$(SANITIZE_JOBS) \
+	 SANITIZE_RESUME=$(SANITIZE_RESUME) \
+	 bash tests/sanitize.sh parallel $(ATTN)
 
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)

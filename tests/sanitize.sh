@@ -13,6 +13,10 @@
 #                                if any run reports errors or fails.
 #   sanitize.sh plan ATTN        print the (tool, stage, D) triples that `compute` would cover, one a
 #                                line, largest D first: `make sanitize` runs one process per triple.
+#   sanitize.sh parallel ATTN    `make sanitize`: the plan's triples, SANITIZE_JOBS `compute` processes
+#                                at a time, each in SANITIZE_OUT/<tool>-<stage>-d<D>/, then one table of
+#                                the plan's triples. SANITIZE_RESUME=1 keeps SANITIZE_OUT and runs only
+#                                the triples without a summary there.
 #   sanitize.sh leakcheck ATTN   valgrind --leak-check=full over ATTN's error paths (bad arguments,
 #                                missing and malformed .npy files, a FIFO, a failing --save, and
 #                                every host allocation failing in turn); exit 1 on a leak, a memory
@@ -75,12 +79,26 @@ gpu_stages() {
     printf '%s\n' $stages
 }
 
+# The compute-sanitizer tools that `compute` knows how to read: another name is refused, not run.
+sanitizer_tools() {
+    local t tools
+    tools=$(list_of "${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}")
+    for t in $tools; do
+        case $t in
+        memcheck | racecheck | initcheck | synccheck) ;;
+        *) die "SANITIZE_TOOLS: '$t' is not one of memcheck, racecheck, initcheck, synccheck" ;;
+        esac
+    done
+    printf '%s\n' $tools
+}
+
 run_plan() {
-    local stages s t d dims plan=""
+    local stages s t d dims tools plan=""
     stages=$(gpu_stages) || exit 2
+    tools=$(sanitizer_tools) || exit 2
     for s in $stages; do
         dims=$(stage_dims "$s") || exit 2
-        for t in $(list_of "${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}"); do
+        for t in $tools; do
             for d in $dims; do plan="$plan$t $s $d
 "; done
         done
@@ -92,7 +110,7 @@ run_plan() {
 
 # ------------------------------------------------------------------------------------------------
 run_compute() {
-    [ -n "${HAVE_CUDA:-1}" ] || die "make sanitize needs the CUDA build (nvcc was not found) and a GPU"
+    [ -n "${HAVE_CUDA-1}" ] || die "make sanitize needs the CUDA build (nvcc was not found) and a GPU"
     local cs=${COMPUTE_SANITIZER:-}
     if [ -z "$cs" ]; then
         if command -v compute-sanitizer >/dev/null 2>&1; then cs=$(command -v compute-sanitizer)
@@ -105,7 +123,7 @@ run_compute() {
     local stages
     stages=$(gpu_stages) || exit 2
     local tools
-    tools=$(list_of "${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}")
+    tools=$(sanitizer_tools) || exit 2
     local seqs="1 17 129 1000"
     [ "${SANITIZE_QUICK:-0}" = 1 ] && seqs="17 1000"
     [ -n "${SANITIZE_SEQS:-}" ] && seqs=$(list_of "$SANITIZE_SEQS")
@@ -180,6 +198,50 @@ run_compute() {
         return 1
     fi
     echo "PASS: no errors"
+}
+
+# ------------------------------------------------------------------------------------------------
+# One `compute` process per planned (tool, stage, D), SANITIZE_JOBS at a time; the table counts the
+# plan's triples only (a folder left by another plan in the same SANITIZE_OUT is not one of them).
+run_parallel() {
+    local top=${SANITIZE_OUT:-build/sanitize} jobs=${SANITIZE_JOBS:-4} t s d
+    [ "${SANITIZE_RESUME:-0}" = 1 ] || rm -rf "$top"
+    mkdir -p "$top" || die "cannot create $top"
+    run_plan >"$top/plan.txt" || exit 2
+    while read -r t s d; do
+        [ "$(cat "$top/$t-$s-d$d/summary.txt" 2>/dev/null | wc -l)" -ge 2 ] || echo "$t $s $d"
+    done <"$top/plan.txt" >"$top/todo.txt"
+    echo "sanitize: $(wc -l <"$top/plan.txt") (tool, stage, D) processes, $jobs at a time" \
+        "($(wc -l <"$top/todo.txt") to run)"
+    # with nothing to run, xargs would still start one process, with no triple (every tool, stage, D)
+    if [ -s "$top/todo.txt" ]; then
+        export SANITIZE_TOP=$top SANITIZE_SCRIPT=$here/sanitize.sh SANITIZE_ATTN=$attn
+        # shellcheck disable=SC2016
+        xargs -P "$jobs" -L 1 sh -c 'SANITIZE_DIR=$SANITIZE_TOP/$0-$1-d$2 SANITIZE_TOOLS=$0 SANITIZE_STAGES=$1 \
+            SANITIZE_DIMS=$2 bash "$SANITIZE_SCRIPT" compute "$SANITIZE_ATTN" >"$SANITIZE_TOP/$0-$1-d$2.out" 2>&1' \
+            <"$top/todo.txt" || true
+    fi
+    grep -h '^  ' "$top"/*.out 2>/dev/null
+    local planned
+    planned=$(wc -l <"$top/plan.txt")
+    while read -r t s d; do
+        if [ -f "$top/$t-$s-d$d/summary.txt" ]; then grep -v '^tool' "$top/$t-$s-d$d/summary.txt"; fi
+    done <"$top/plan.txt" >"$top/table.txt"
+    if [ ! -s "$top/table.txt" ]; then
+        echo "sanitize: no run finished:"
+        cat "$top"/*.out 2>/dev/null | sort -u | head -n 5
+        return 1
+    fi
+    sort -k1,1 -k2,2 -k3,3n "$top/table.txt" | awk -v planned="$planned" '
+        { k = $1 " " $2; if (!(k in r)) { keys[++n] = k; d[k] = $3 } else d[k] = d[k] "," $3;
+          r[k] += $4; e[k] += $5; f[k] += $6; R += $4; E += $5; F += $6; done_++ }
+        END { printf "%-10s %-6s %-22s %5s %7s %7s\n", "tool", "stage", "D", "runs", "errors", "failed";
+              for (i = 1; i <= n; i++) { split(keys[i], kk, " ");
+                printf "%-10s %-6s %-22s %5d %7d %7d\n", kk[1], kk[2], d[keys[i]], r[keys[i]], e[keys[i]], f[keys[i]] }
+              printf "sanitize: %d of %d processes finished, %d runs, %d errors, %d failed runs\n", done_, planned, R, E, F;
+              exit (done_ < planned || E > 0 || F > 0) }' && return 0
+    echo "logs: $top/<tool>-<stage>-d<D>/"
+    return 1
 }
 
 # ------------------------------------------------------------------------------------------------
@@ -308,6 +370,7 @@ EOF
 case "$mode" in
 compute) run_compute ;;
 plan) run_plan ;;
+parallel) run_parallel ;;
 leakcheck) run_leakcheck ;;
-*) die "usage: tests/sanitize.sh compute|plan|leakcheck BUILD/attn" ;;
+*) die "usage: tests/sanitize.sh compute|plan|parallel|leakcheck BUILD/attn" ;;
 esac
