@@ -205,11 +205,14 @@ run_compute() {
 # plan's triples only (a folder left by another plan in the same SANITIZE_OUT is not one of them).
 run_parallel() {
     local top=${SANITIZE_OUT:-build/sanitize} jobs=${SANITIZE_JOBS:-4} t s d
+    # a process has finished when its summary holds a row under the header (compute writes the header
+    # first): the one test of "finished" for both the list still to run and the table
+    finished_rows() { grep -sv '^tool' "$top/$1-$2-d$3/summary.txt"; }
     [ "${SANITIZE_RESUME:-0}" = 1 ] || rm -rf "$top"
     mkdir -p "$top" || die "cannot create $top"
     run_plan >"$top/plan.txt" || exit 2
     while read -r t s d; do
-        [ "$(cat "$top/$t-$s-d$d/summary.txt" 2>/dev/null | wc -l)" -ge 2 ] || echo "$t $s $d"
+        finished_rows "$t" "$s" "$d" >/dev/null || echo "$t $s $d"
     done <"$top/plan.txt" >"$top/todo.txt"
     echo "sanitize: $(wc -l <"$top/plan.txt") (tool, stage, D) processes, $jobs at a time" \
         "($(wc -l <"$top/todo.txt") to run)"
@@ -225,7 +228,7 @@ run_parallel() {
     local planned
     planned=$(wc -l <"$top/plan.txt")
     while read -r t s d; do
-        if [ -f "$top/$t-$s-d$d/summary.txt" ]; then grep -v '^tool' "$top/$t-$s-d$d/summary.txt"; fi
+        finished_rows "$t" "$s" "$d"
     done <"$top/plan.txt" >"$top/table.txt"
     if [ ! -s "$top/table.txt" ]; then
         echo "sanitize: no run finished:"
