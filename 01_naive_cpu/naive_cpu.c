@@ -11,14 +11,16 @@
  *     o_i   = sum_j p_j v_j / l
  *     LSE_i = m + ln(l)                             the natural log of sum_j exp(s_j)
  * Every quantity is a double computed from the same fp16 (or bf16) inputs the GPU stages read, so
- * the only rounding that matters is the final one to fp16: this is the reference the harness
- * checks every other stage against.
+ * the only rounding that matters is the final one to fp16. It is not what --check compares with:
+ * common/reference.c computes the same definition apart from every stage, this one included, so that
+ * a bug here shows up as a FAIL.
  *
  * Versus the previous stage: none; this is where the suite starts.
  * Limits: any D from 1 to 256, any N >= 1; O(N) extra memory per thread (one row of scores,
  *         allocated before the parallel region so that a failed allocation cannot strand a thread);
  *         O(B*H*N*N*D) time, so the bench skips it above a few seconds of work.
  * Run:    build/attn --stage 01 --batch 1 --heads 4 --seq 512 --dim 64 --check
+ *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
  */
 #include "naive_cpu.h"
 

@@ -1,4 +1,5 @@
-/* naive_cpu.h: stage 01, the double-precision reference that every other stage is checked against. */
+/* naive_cpu.h: stage 01, attention as its definition, in double (--check compares every stage, this
+ * one included, with the separate common/reference.c). */
 #ifndef ATTN_NAIVE_CPU_H
 #define ATTN_NAIVE_CPU_H
 
@@ -9,10 +10,11 @@
 extern "C" {
 #endif
 
-/* The reference for a chosen set of rows, so that a GPU stage at N = 16384 is checked on a sample
- * without computing all B*H*N rows on the CPU. rows[] holds global row indices (b*H + h)*N + i,
- * sorted ascending (rows of one head are computed together, sharing one conversion of its K and
- * V). Writes o[r*D .. r*D+D-1] and lse[r] for the r-th listed row, in double. */
+/* Stage 01 for a chosen set of rows, as common/reference.c does for --check: a sample of a large
+ * problem without computing all B*H*N rows on the CPU (tests/test_reference.c compares the two).
+ * rows[] holds global row indices (b*H + h)*N + i, sorted ascending (rows of one head are computed
+ * together, sharing one conversion of its K and V). Writes o[r*D .. r*D+D-1] and lse[r] for the
+ * r-th listed row, in double. */
 attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k,
                            const uint16_t *v, const int64_t *rows, int64_t nrows, double *o,
                            double *lse);

@@ -18,6 +18,7 @@
  *
  * Limits: fp16, head dim 32, 64 or 128 (those of stage 03); any N >= 1; no LSE.
  * Run:    build/attn --stage 03m --batch 1 --heads 4 --seq 512 --dim 64 --check
+ *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
  */
 #include "tiled.h"
 #include "tiles_cpu.h"

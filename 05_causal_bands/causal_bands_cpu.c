@@ -19,6 +19,7 @@
  *
  * Limits: fp16, head dim 32, 64 or 128 (those of stage 05); any N >= 1; no LSE.
  * Run:    build/attn --stage 05m --batch 1 --heads 4 --seq 512 --dim 64 --causal --check
+ *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
  */
 #include "causal_bands.h"
 #include "tiles_cpu.h"

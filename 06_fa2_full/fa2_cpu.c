@@ -25,6 +25,7 @@
  *
  * Limits: fp16 or bf16, head dim 32, 64, 96, 128 or 256 (those of stage 06); any N >= 1.
  * Run:    build/attn --stage 06m --batch 1 --heads 4 --seq 512 --dim 64 --causal --check
+ *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
  */
 #include <float.h>
 

@@ -104,7 +104,7 @@ const attn_stage attn_stages[] = {
     {"06e", "06_fa2_full", "fa2_double_buffer", "road: 06d + cp.async double buffering of K and V",
      SM80_UP, 1, F16_ONLY, "64, 128", stage06_road_supports_dim, NULL, NULL, GPU_RUN(stage06e_run)},
     {"06", "06_fa2_full", "fa2_full",
-     "FlashAttention-2: 06e with FA2's tiles per head dim (128 rows, 32 per warp), bf16, D up to 256",
+     "FlashAttention-2: 06e with FA2's tiles per head dim (128 rows, 32 per warp; 16 at D = 256), bf16, D up to 256",
      SM80_UP, 1, F16_BF16, "32, 64, 96, 128, 256", stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run)},
     {"06m", "06_fa2_full", "fa2_cpu",
      "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)",
