@@ -8,12 +8,14 @@
  * this CSV (and the peers' CSV) and needs only sh and awk. A point a stage cannot run is a row with
  * the reason: OOM, cpu-skip, unsupported, unavailable, no-gpu; a wrong result is FAIL.
  *
- * Exit status: 0; 2 for a bad flag (a --csv that is not a file's path: a directory, a FIFO, a device);
- * 1 when the CSV cannot be written (tried before the sweep too), or a stage FAILed or errored.
+ * Exit status: 0; 2 for a bad flag (a --csv that is not a file's path: empty, ending in '/', under a file,
+ * a directory, a FIFO, a device); 1 when the CSV cannot be written (tried before the sweep too), or a
+ * stage FAILed or errored.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +79,8 @@ static void usage(FILE *f) {
         "  --cold             cold L2: write 4x the L2 size before every timed GPU run (default warm)\n"
         "  --cpu-only         run no GPU stage, as on a machine without one\n"
         "  --csv PATH         CSV to write (default build/bench/bench_stages.csv), tried before the\n"
-        "                     sweep; a directory, FIFO or device there is refused, never replaced\n"
+        "                     sweep; a directory, FIFO or device there is refused, never replaced,\n"
+        "                     as is a path that names no file (empty, ending in '/', under a file)\n"
         "  --commit STR       commit recorded in the CSV (make passes git rev-parse --short HEAD);\n"
         "                     ',' and '|' become ';', '\"' becomes \"'\", white space one space\n"
         "  --help\n");
@@ -556,11 +559,27 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
 }
 
 /* 0 when PATH may be replaced: it does not exist, or is a file or a link (the rename replaces the link,
- * never what it points to). A directory, FIFO, device or socket is refused, with the message: the
- * rename would put the CSV in its place (as root, even instead of /dev/full). */
+ * never what it points to). Refused, with the message: a directory, FIFO, device or socket, as the
+ * rename would put the CSV in its place (as root, even instead of /dev/full); and a PATH that names no
+ * file, which csv_try's trial file beside it cannot catch: an empty one (the trial ".XXXXXX" is made in
+ * the current folder, the rename to "" fails only after the sweep), one ending in '/' (a folder's name)
+ * and one lstat cannot look up for another reason than its absence (a file on the way: ENOTDIR). */
 static int csv_target_ok(const char *path) {
     struct stat sb;
-    if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)) return 0;
+    if (!path[0]) {
+        fprintf(stderr, "attn-bench: --csv: a file's path is needed (got '')\n");
+        return -1;
+    }
+    if (path[strlen(path) - 1] == '/') {
+        fprintf(stderr, "attn-bench: --csv: '%s' ends in '/', a folder's name (give a file's path)\n", path);
+        return -1;
+    }
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return 0; /* a missing folder on the way is csv_temp's to report */
+        fprintf(stderr, "attn-bench: --csv: cannot look up '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)) return 0;
     const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
                        : S_ISFIFO(sb.st_mode) ? "a FIFO"
                        : S_ISSOCK(sb.st_mode) ? "a socket"
@@ -583,17 +602,28 @@ static int csv_temp(const char *path, char *tmp, size_t cap) {
     return fd;
 }
 
-/* Before the sweep: the default folder is made (as peers.py makes its CSV's), PATH is checked and a
+/* Before the sweep: PATH is checked, the default folder made (as peers.py makes its CSV's) and a
  * temporary file created beside it and removed, so that a CSV that cannot be written is refused at
- * once, not after the sweep. 0, or the exit status: 2 for a PATH that is not a file, 1 otherwise. */
+ * once, not after the sweep. PATH is checked first so that a refused one makes no folder. Signals are
+ * held while the trial file exists: a Ctrl-C there would have left it behind (they arrive once it is
+ * gone). 0, or the exit status: 2 for a PATH that is not a file's, 1 otherwise. */
 static int csv_try(const cfg_t *c) {
-    if (!strcmp(c->csv, DEFAULT_CSV)) mkdir("build", 0777), mkdir(DEFAULT_DIR, 0777); /* EEXIST is fine */
     if (csv_target_ok(c->csv) != 0) return 2;
+    if (!strcmp(c->csv, DEFAULT_CSV)) mkdir("build", 0777), mkdir(DEFAULT_DIR, 0777); /* EEXIST is fine */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     char tmp[4096];
-    int fd = csv_temp(c->csv, tmp, sizeof tmp);
-    if (fd < 0) return 1;
-    close(fd), remove(tmp);
-    return 0;
+    int fd = csv_temp(c->csv, tmp, sizeof tmp), rc = fd < 0;
+    if (fd >= 0) {
+        close(fd);
+        if (remove(tmp) != 0) {
+            fprintf(stderr, "attn-bench: cannot remove the trial file %s: %s\n", tmp, strerror(errno));
+            rc = 1;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 /* Written to a new temporary file (csv_temp), given the mode a new file gets (0666 less the umask:

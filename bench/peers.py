@@ -127,11 +127,21 @@ def known_peers():
 def csv_target_problem(path):
     """Why path may not be replaced by the CSV, or None: it may be when it does not exist, or is a file
     or a link (os.replace replaces the link, never what it points to). A directory, FIFO or device
-    would be replaced by the file (as root, even /dev/full)."""
+    would be replaced by the file (as root, even /dev/full). A path that names no file is refused here
+    too, before the sweep: an empty one (os.replace(tmp, '') failed only after it), one ending in '/'
+    (a folder's name) and one lstat cannot look up for another reason than its absence (a file on the
+    way, a folder not to be searched: a NotADirectoryError traceback, exit 1, where a flag's error is
+    due)."""
+    if not path:
+        return "--csv: a file's path is needed (got '')"
+    if path.endswith("/"):
+        return "--csv: %r ends in '/', a folder's name (give a file's path)" % path
     try:
         m = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except FileNotFoundError:  # a missing folder on the way: write_csv makes it
         return None
+    except OSError as e:
+        return "--csv: cannot look up %r: %s" % (path, e.strerror or e)
     if stat.S_ISREG(m) or stat.S_ISLNK(m):
         return None
     kind = ("a directory" if stat.S_ISDIR(m) else "a FIFO" if stat.S_ISFIFO(m)
@@ -385,12 +395,12 @@ def write_csv(path, lines):
     """The lines into a new temporary file beside path (created exclusively: a planted file or symlink
     is never written through, two runs never share one), with the mode a new file gets, then renamed
     over path: a reader sees the old file or the whole new one."""
+    problem = csv_target_problem(path)  # first: a path under a file gave makedirs' FileExistsError
+    if problem:
+        raise ValueError(problem)
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
-    problem = csv_target_problem(path)
-    if problem:
-        raise ValueError(problem)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=d or ".")
     try:
         mask = os.umask(0)

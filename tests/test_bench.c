@@ -291,6 +291,41 @@ Test(bench, csv_that_is_not_a_file_is_refused_at_once) {
     rmdir(dir);
 }
 
+/* build/attn-bench as a path that works from another folder: a test that cd's there needs it. */
+static void bench_bin_abs(char *bin, size_t cap) {
+    char cwd[1024];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    const int rel = bench_bin()[0] != '/';
+    snprintf(bin, cap, "%s%s%s", rel ? cwd : "", rel ? "/" : "", bench_bin());
+}
+
+/* A --csv that names no file is refused before the sweep (exit 2, naming --csv), and nothing is made in
+ * the current folder. An empty one passed the early check (its temporary file ".XXXXXX" could be made
+ * there) and failed at the rename after the whole sweep (exit 1); a path ending in '/' can only be a
+ * folder; one under a file cannot be looked up (the early check took lstat's ENOTDIR for "absent"). */
+Test(bench, csv_that_names_no_file_is_refused_before_the_sweep) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2100], cmd[8192];
+    cr_assert_not_null(mkdtemp(dir));
+    bench_bin_abs(bin, sizeof bin);
+    snprintf(under_file, sizeof under_file, "--csv %s/b.csv", bin); /* a file is no folder */
+    const char *bad[][2] = {
+        {"--csv ''", "--csv: a file's path is needed (got '')"},
+        {"--csv=", "--csv: a file's path is needed (got '')"},
+        {"--csv b.csv/", "--csv: 'b.csv/' ends in '/'"},
+        {"--csv new/", "--csv: 'new/' ends in '/'"},
+        {under_file, "--csv: cannot look up '"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " %s", dir, bin, bad[i][0]);
+        const int rc = run_cmd(cmd, out, sizeof out);
+        cr_assert_eq(rc, 2, "'%s' exited %d, want 2: %s", bad[i][0], rc, out);
+        cr_assert(strstr(out, bad[i][1]), "'%s': message lacks '%s': %s", bad[i][0], bad[i][1], out);
+        cr_assert_null(strstr(out, "inputs B="), "'%s': the sweep ran first: %s", bad[i][0], out);
+        cr_assert_eq(count_entries(dir), 0, "'%s' left files in %s", bad[i][0], dir);
+    }
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
 /* A CSV that cannot be written is found before the sweep, not after it; the default folder
  * (build/bench/ under the current one) is made when missing, as peers.py makes its own. */
 Test(bench, csv_path_is_tried_before_the_sweep) {
@@ -300,10 +335,7 @@ Test(bench, csv_path_is_tried_before_the_sweep) {
     cr_assert_eq(bench(args), 1, "%s", out);
     cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
     cr_assert_null(strstr(out, "inputs B="), "the sweep ran before the CSV was tried: %s", out);
-    char cwd[1024];
-    cr_assert_not_null(getcwd(cwd, sizeof cwd));
-    snprintf(bin, sizeof bin, "%s%s%s", bench_bin()[0] == '/' ? "" : cwd, bench_bin()[0] == '/' ? "" : "/",
-             bench_bin());
+    bench_bin_abs(bin, sizeof bin);
     snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " --commit t4", dir, bin);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     snprintf(cmd, sizeof cmd, "%s/build/bench/bench_stages.csv", dir);
@@ -450,6 +482,12 @@ Test(bench, peers_refuses_bad_values_and_csv_paths) {
         {"--peers bogus,sdpa_flash",
          "--peers must be a comma-separated list of distinct names from torch_naive,"},
         {"--csv /tmp", "--csv: '/tmp' is a directory, not a file"},
+        /* these failed only after the sweep (os.replace to ''), or with a NotADirectoryError traceback */
+        {"--csv ''", "--csv: a file's path is needed (got '')"},
+        {"--csv=", "--csv: a file's path is needed (got '')"},
+        {"--csv build/no-such-folder/", "--csv: 'build/no-such-folder/' ends in '/'"},
+        {"--csv /etc/passwd/x.csv", "--csv: cannot look up '/etc/passwd/x.csv': "},
+        {"--csv bench/peers.py/x.csv", "--csv: cannot look up 'bench/peers.py/x.csv': "},
     };
     char cmd[2048];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -457,6 +495,7 @@ Test(bench, peers_refuses_bad_values_and_csv_paths) {
         int rc = run_cmd(cmd, out, sizeof out);
         cr_assert_eq(rc, 2, "'%s' exited %d, want 2: %s", bad[i][0], rc, out);
         cr_assert(strstr(out, bad[i][1]), "'%s': message lacks '%s': %s", bad[i][0], bad[i][1], out);
+        cr_assert_null(strstr(out, "Traceback"), "'%s': %s", bad[i][0], out);
     }
     char dir[] = "/tmp/attn-bench-test.XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
