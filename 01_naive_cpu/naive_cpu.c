@@ -137,12 +137,14 @@ attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint1
 }
 
 attn_status stage01_run(const attn_problem *p, const attn_args *a) {
+    /* The shape first: N sizes the allocations below, and N = -5 made them fail as ENOMEM, not EINVAL. */
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
     /* Rows are processed a head at a time so that the double scratch stays at one head (N*D). */
     const int64_t N = p->N, D = p->D, BH = p->B * p->H;
     int64_t *rows = attn_alloc((size_t)N * sizeof(int64_t));
     double *o = attn_alloc((size_t)(N * D) * sizeof(double));
     double *lse = attn_alloc((size_t)N * sizeof(double));
-    attn_status st = ATTN_OK;
     if (!rows || !o || !lse)
         st = attn_fail(ATTN_ENOMEM, "stage 01: cannot allocate scratch for one head (N = %lld)",
                        (long long)N);

@@ -176,14 +176,15 @@ static inline void cpu_tile_scratch_free(cpu_tile_scratch *w) {
     free(w->Qs), free(w->Kt), free(w->Vs), free(w->S), free(w->O), free(w->m), free(w->l);
 }
 
+/* attn_alloc, not malloc: ATTN_FAIL_ALLOC=n then reaches each of the 7 x (threads) allocations here. */
 static inline int cpu_tile_scratch_alloc(cpu_tile_scratch *w, int Br, int Bc, int D) {
-    w->Qs = malloc((size_t)Br * D * sizeof(float));
-    w->Kt = malloc((size_t)D * Bc * sizeof(float));
-    w->Vs = malloc((size_t)Bc * D * sizeof(float));
-    w->S = malloc((size_t)Br * Bc * sizeof(float));
-    w->O = malloc((size_t)Br * D * sizeof(float));
-    w->m = malloc((size_t)Br * sizeof(float));
-    w->l = malloc((size_t)Br * sizeof(float));
+    w->Qs = attn_alloc((size_t)Br * D * sizeof(float));
+    w->Kt = attn_alloc((size_t)D * Bc * sizeof(float));
+    w->Vs = attn_alloc((size_t)Bc * D * sizeof(float));
+    w->S = attn_alloc((size_t)Br * Bc * sizeof(float));
+    w->O = attn_alloc((size_t)Br * D * sizeof(float));
+    w->m = attn_alloc((size_t)Br * sizeof(float));
+    w->l = attn_alloc((size_t)Br * sizeof(float));
     return w->Qs && w->Kt && w->Vs && w->S && w->O && w->m && w->l;
 }
 
@@ -211,21 +212,22 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
 #pragma omp parallel reduction(| : failed)
     {
         cpu_tile_scratch w;
-        if (!cpu_tile_scratch_alloc(&w, Br, Bc, (int)D)) {
-            failed = 1;
-        } else {
+        /* Every thread must reach the omp for and its barrier, or the others wait there forever: a
+         * thread without its tiles takes its share of blocks and skips them, and the run says ENOMEM. */
+        const int have = cpu_tile_scratch_alloc(&w, Br, Bc, (int)D);
+        failed = !have;
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t blk = 0; blk < blocks; blk++) {
-                const int64_t bh = blk / Tr, head = bh * N * D;
-                /* Row tiles run last to first, as on the GPU: under a causal mask the last ones are
-                 * the longest, and starting them first keeps the end of the loop short. */
-                const int qt = Tr - 1 - (int)(blk % Tr);
-                const cpu_tile_params prm = {(const uint16_t *)a->q + head, (const uint16_t *)a->k + head,
-                                             (const uint16_t *)a->v + head, (uint16_t *)a->o + head,
-                                             a->lse ? a->lse + bh * N : NULL, (int)N, (int)D, Br, Bc, Tr, Tc,
-                                             p->causal != 0, p->scale, p->dtype};
-                row_tile(&prm, qt, &w);
-            }
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            if (!have) continue;
+            const int64_t bh = blk / Tr, head = bh * N * D;
+            /* Row tiles run last to first, as on the GPU: under a causal mask the last ones are
+             * the longest, and starting them first keeps the end of the loop short. */
+            const int qt = Tr - 1 - (int)(blk % Tr);
+            const cpu_tile_params prm = {(const uint16_t *)a->q + head, (const uint16_t *)a->k + head,
+                                         (const uint16_t *)a->v + head, (uint16_t *)a->o + head,
+                                         a->lse ? a->lse + bh * N : NULL, (int)N, (int)D, Br, Bc, Tr, Tc,
+                                         p->causal != 0, p->scale, p->dtype};
+            row_tile(&prm, qt, &w);
         }
         cpu_tile_scratch_free(&w);
     }

@@ -2,13 +2,15 @@
  * test_errors.c: failures reported as they happen. A last-error message survives being quoted in
  * the next one, and a long path does not push the reason out of it; every shell script of the
  * repository parses, and the Criterion installer prints its advice where it cannot install; an
- * allocation that fails anywhere in loading, stage 01, the check or saving gives exit status 1 and
- * one line, never a hang (stage 01's OpenMP region), a crash, exit status 2 or a half-saved result.
+ * allocation that fails anywhere in loading, stage 01, the CPU models 03m-06m, the check or saving
+ * gives exit status 1 and one line, never a hang (an OpenMP region), a crash, exit status 2 or a
+ * half-saved result; stage 01 called with a bad shape says EINVAL, not ENOMEM.
  */
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "01_naive_cpu/naive_cpu.h"
 #include "half.h"
 #include "npy.h"
 #include "test_util.h"
@@ -116,22 +118,25 @@ static int count_entries(const char *dir) {
 /* ATTN_FAIL_ALLOC=n fails the n-th allocation: n = 1, 2, ... until the run gets through. Every run
  * before that must exit 1 with a line that says what could not be allocated, within 60 s (stage 01
  * used to allocate inside its OpenMP region, where one thread's failure left the others waiting at
- * a barrier forever), and must leave the --save directory as it was. */
-static void sweep(const char *args, const char *save_dir, int expect_files) {
+ * a barrier forever), and must leave the --save directory as it was. At least one of them must say
+ * `reason`: the stage's own allocations are among those reached, not only the front end's. */
+static void sweep(const char *args, const char *save_dir, int expect_files, const char *reason) {
     char cmd[4096];
-    int n;
+    int n, seen = 0;
     for (n = 1; n < 2000; n++) {
         snprintf(cmd, sizeof cmd, "ATTN_FAIL_ALLOC=%d OMP_NUM_THREADS=4 timeout 60 %s %s", n, attn_bin(), args);
         int rc = run_cmd(cmd, out, sizeof out);
         if (rc == 0) break;
         cr_assert_eq(rc, 1, "allocation %d failed: exit status %d (124: it hung), want 1: %s", n, rc, out);
         cr_assert(strstr(out, "allocate") || strstr(out, "out of memory"), "allocation %d: %s", n, out);
+        seen += strstr(out, reason) != NULL;
         cr_assert(!strstr(out, " 0.0 ") && !strstr(out, " 0.00 "), "allocation %d: a size that reads as zero: %s", n,
                   out);
         cr_assert_null(strstr(out, "Sanitizer"), "allocation %d: %s", n, out);
         if (save_dir) cr_assert_eq(count_entries(save_dir), 0, "allocation %d left files in %s", n, save_dir);
     }
     cr_assert(n > 5 && n < 2000, "the sweep ended after %d allocations: %s", n, out);
+    cr_assert(seen > 0, "%s: no failed allocation said '%s'", args, reason);
     cr_assert_not_null(strstr(out, "PASS"), "%s", out);
     if (save_dir) cr_assert_eq(count_entries(save_dir), expect_files);
     cr_log_info("%s: %d allocations, each failure handled", args, n - 1);
@@ -154,9 +159,38 @@ Test(faults, every_allocation_failure_exits_1) {
     }
     /* loading (a host out-of-memory there is exit 1, not 2 "bad input"), stage 01, check, save */
     snprintf(args, sizeof args, "--stage 01 --causal --load %s --save %s --check", in_dir, out_dir);
-    sweep(args, out_dir, 2);
+    sweep(args, out_dir, 2, "stage 01: cannot allocate");
     /* random inputs */
-    sweep("--stage 01 --batch 2 --heads 2 --seq 37 --dim 5 --check", NULL, 0);
+    sweep("--stage 01 --batch 2 --heads 2 --seq 37 --dim 5 --check", NULL, 0, "stage 01: cannot allocate");
+}
+
+/* The CPU models share cpu_tiles_run (common/tiles_cpu.h), which allocates each OpenMP thread's tiles
+ * inside its parallel region: a thread whose tiles failed once skipped the omp for, and the other 3
+ * threads waited at its barrier forever. 130 rows are 3 row tiles of 64 (06m: 2 of 128), the last one
+ * short, in each of 2 heads: a block or more for each of the 4 threads. A sweep is 39 runs (7 tiles x 4
+ * threads, and the front end's and the check's), each of a few ms. */
+Test(faults, cpu_models_allocation_failure_exits_1) {
+    const char *models[4][2] = {{"03m", ""}, {"04m", ""}, {"05m", " --causal"}, {"06m", " --causal"}};
+    for (int s = 0; s < 4; s++) {
+        char args[256], reason[64];
+        snprintf(args, sizeof args, "--stage %s --batch 1 --heads 2 --seq 130 --dim 64%s --check",
+                 models[s][0], models[s][1]);
+        snprintf(reason, sizeof reason, "stage %s: cannot allocate the tiles of one thread", models[s][0]);
+        sweep(args, NULL, 0, reason);
+    }
+}
+
+/* A bad shape is EINVAL before anything is allocated: stage 01 sized its scratch by N first, so N = -5
+ * failed as ENOMEM, and B = 0 ran no head and returned OK. */
+Test(faults, stage01_bad_shape_is_einval) {
+    const attn_problem bad[2] = {attn_problem_make(1, 1, -5, 64, 0), attn_problem_make(0, 1, 16, 64, 0)};
+    const attn_args a = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1};
+    for (int i = 0; i < 2; i++) {
+        attn_clear_error();
+        cr_assert_eq(stage01_run(&bad[i], &a), ATTN_EINVAL, "problem %d: %s", i, attn_last_error());
+        cr_assert(strstr(attn_last_error(), i == 0 ? "seq must be" : "batch must be"), "%s",
+                  attn_last_error());
+    }
 }
 
 /* The loader's two allocations, named: the header, then the data. */
