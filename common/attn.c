@@ -2,6 +2,7 @@
 #include "attn.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -34,8 +35,10 @@ attn_status attn_problem_validate(const attn_problem *p) {
         return attn_fail(ATTN_EINVAL, "seq must be 1..%d (got %lld)", ATTN_MAX_N, (long long)p->N);
     if (p->D < 1 || p->D > ATTN_MAX_D)
         return attn_fail(ATTN_EINVAL, "dim must be 1..%d (got %lld)", ATTN_MAX_D, (long long)p->D);
-    if (!isfinite(p->scale) || p->scale == 0.0f)
-        return attn_fail(ATTN_EINVAL, "scale must be a finite non-zero number (got %g)", (double)p->scale);
+    /* a subnormal scale has lost bits, and the stages' scale * log2(e) (06m clamps it to FLT_MIN) more */
+    if (!isfinite(p->scale) || fabsf(p->scale) < FLT_MIN)
+        return attn_fail(ATTN_EINVAL, "scale must be a finite non-zero float32 of magnitude %g to %g (got %g)",
+                         (double)FLT_MIN, (double)FLT_MAX, (double)p->scale);
     if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
         return attn_fail(ATTN_EINVAL, "dtype must be fp16 or bf16");
     /* B*H*N*D must fit in int64 and its bytes in size_t: with the bounds above B*H*N <= 2^64 would

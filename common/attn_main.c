@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -50,9 +51,10 @@ static void usage(FILE *f, const char *prog) {
             "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"
             "  --dim D           head dim, 1..%d, and one the stage supports (default 64)\n"
             "  --causal          query i sees keys 0..i only\n"
-            "  --scale S         score scale, finite and non-zero (default 1/sqrt(D)), and small enough\n"
-            "                    that |S| * D * max|q| * max|k| <= 2^120 (float32 scores and LSE stay\n"
-            "                    finite; a larger one is refused with the bound for the inputs)\n"
+            "  --scale S         score scale (default 1/sqrt(D)), a normal non-zero float32, small\n"
+            "                    enough that |S| log2(e) D max|q| max|k| <= 2^24 (every stage's\n"
+            "                    exponent stays exact to a unit; a larger one is refused with the\n"
+            "                    bound for the inputs)\n"
             "  --dtype T         fp16 or bf16 (default fp16; bf16 where the stage supports it)\n"
             "  --gpus G          GPUs of this host that a multi-GPU stage (10) splits the problem\n"
             "                    over, 1..%d and at most the GPUs present (default: all of them);\n"
@@ -237,14 +239,27 @@ static int given_twice(const char *a, unsigned *seen) {
     return 0;
 }
 
-/* The flags that print and exit: --help, --list, --list-ids [gpu|cpu|all], --list-dims ID. Returns the
- * exit status, or -1 when argv[*i] is none of them; *i moves past a value taken. */
+/* A list flag prints and exits, so anything else on the line would be silently ignored ("--list
+ * --bogus", "--stage 01 --check --list"): it must stand alone with its value (used: 0 or 1 words). */
+static int list_flag_alone(int argc, char **argv, int i, int used) {
+    for (int k = 1; k < argc; k++)
+        if (k < i || k > i + used)
+            return bad("%s prints a list and exits: give it alone (got '%s' too)", argv[i], argv[k]);
+    return -1;
+}
+
+/* The flags that print and exit: --help (with anything), --list, --list-ids [gpu|cpu|all], --list-dims
+ * ID (alone). Returns the exit status, or -1 when argv[*i] is none of them; *i moves past a value taken. */
 static int run_info_flag(int argc, char **argv, int *i) {
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, argv[0]), 0;
+    const int takes = !strcmp(a, "--list-dims") || (!strcmp(a, "--list-ids") && val && val[0] != '-');
+    if ((!strcmp(a, "--list") || !strcmp(a, "--list-ids") || !strcmp(a, "--list-dims")) &&
+        list_flag_alone(argc, argv, *i, takes) >= 0)
+        return EXIT_USAGE;
     if (!strcmp(a, "--list")) return list_stages(), 0;
     if (!strcmp(a, "--list-ids")) {
-        const char *w = (val && val[0] != '-') ? argv[++*i] : "all";
+        const char *w = takes ? argv[++*i] : "all";
         if (strcmp(w, "gpu") && strcmp(w, "cpu") && strcmp(w, "all"))
             return bad("--list-ids takes gpu, cpu or all (got '%s')", w);
         for (int s = 0; s < attn_num_stages; s++)
@@ -298,17 +313,22 @@ static int parse_int_flag(cli *c, const int_flag *f, const char *val) {
 static int parse_text_flag(cli *c, const char *a, const char *val) {
     if (!strcmp(a, "--stage"))
         c->stage_key = val;
-    else if (!strcmp(a, "--load"))
+    else if (!strcmp(a, "--load")) {
+        if (!*val) return bad("--load needs a directory (got an empty name)"); /* not "/q.npy" */
         c->load_dir = val;
-    else if (!strcmp(a, "--save"))
+    } else if (!strcmp(a, "--save"))
         c->save_dir = val;
     else if (!strcmp(a, "--scale")) {
         char *end = NULL;
         errno = 0;
         c->scale = strtod(val, &end);
-        if (!*val || *end || errno == ERANGE || !isfinite(c->scale) || c->scale == 0.0 ||
-            fabs(c->scale) > 3.4e38 || fabs(c->scale) < 1.2e-38)
-            return bad("--scale must be a finite non-zero number within float range (got '%s')", val);
+        /* the stages take it as a float: it must be one, and a normal one (a subnormal scale loses
+         * bits, and its log2(e) multiple in the stages' exponent would too) */
+        const float f = (float)c->scale;
+        if (!*val || *end || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
+            return bad("--scale must be a finite non-zero number in float32's normal range, %g to %g in "
+                       "magnitude (got '%s')",
+                       (double)FLT_MIN, (double)FLT_MAX, val);
         c->have_scale = 1;
     } else if (!strcmp(a, "--dtype")) {
         if (!strcmp(val, "fp16"))
@@ -498,7 +518,7 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
     }
     if (!c->load_dir && (st = attn_inputs_random(in, p, (uint64_t)c->seed, c->init)) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", attn_last_error());
-        return EXIT_FAIL;
+        return st == ATTN_EINVAL ? EXIT_USAGE : EXIT_FAIL; /* --init and --scale that overflow the inputs */
     }
     if (attn_inputs_check_scale(in) != ATTN_OK) {
         fprintf(stderr, "attn: %s: %s\n",

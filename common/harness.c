@@ -67,6 +67,9 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
     if ((st = alloc_inputs(in, p)) != ATTN_OK) return st;
     const int64_t N = p->N, D = p->D, total = attn_qkv_elems(p);
     const double scale = fabs((double)p->scale), sqrtD = sqrt((double)D);
+    /* first-max and rising aim the scores' sign: with a negative scale their keys are negated, so that
+     * key 0 is still each row's max and the scores still rise */
+    const double sign = p->scale < 0.0f ? -1.0 : 1.0;
     /* LARGE: q, k ~ N(0, sigma^2) with sigma^2 = 1000 / (scale sqrt(D)), so that scale * q.k has a
      * standard deviation of 1000: scores in the thousands, exp(s) overflows fp32 past s = 88. */
     const double sigma_large = sqrt(1000.0 / (scale * sqrtD));
@@ -77,7 +80,8 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
     /* RISING: q > 0, and k_j carries a ramp so that scores rise by about 20 from key 0 to key N-1:
      * the running max rises in every key tile and alpha < 1 on every rescale. */
     const double ramp = 20.0 / (scale * 0.9 * (double)D);
-#pragma omp parallel for schedule(static)
+    int overflow = 0;
+#pragma omp parallel for schedule(static) reduction(| : overflow)
     for (int64_t e = 0; e < total; e++) {
         const int64_t j = (e / D) % N; /* the row inside its head */
         double q = normal_at(seed, 1, (uint64_t)e), k = normal_at(seed, 2, (uint64_t)e);
@@ -87,16 +91,23 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
         case ATTN_INIT_LARGE: q *= sigma_large, k *= sigma_large; break;
         case ATTN_INIT_FIRST_MAX:
             q = fabs(q) + 0.5;
-            if (j == 0) k = c_first;
+            if (j == 0) k = sign * c_first;
             break;
         case ATTN_INIT_RISING:
             q = 0.5 * fabs(q) + 0.5;
-            k = 0.5 * k + ramp * (N > 1 ? (double)j / (double)(N - 1) : 0.0);
+            k = 0.5 * k + sign * ramp * (N > 1 ? (double)j / (double)(N - 1) : 0.0);
             break;
         }
         in->q[e] = attn_from_f32((float)q, p->dtype);
         in->k[e] = attn_from_f32((float)k, p->dtype);
         in->v[e] = attn_from_f32((float)v, p->dtype);
+        overflow |= !isfinite(attn_to_f32(in->q[e], p->dtype)) || !isfinite(attn_to_f32(in->k[e], p->dtype));
+    }
+    if (overflow) { /* large, first-max and rising grow as 1 / |scale| to keep the scores in range */
+        attn_inputs_free(in);
+        return attn_fail(ATTN_EINVAL, "--init %s: at |scale| %g its q or k values overflow %s (they grow as 1 /"
+                         " |scale| to keep the scores in range): use a larger |scale|, or --init normal",
+                         attn_init_name(kind), scale, attn_dtype_name(p->dtype));
     }
     return ATTN_OK;
 }
@@ -128,7 +139,8 @@ attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_proble
     int nread = 0;
     for (int t = 0; t < 3 && st == ATTN_OK; t++) {
         if ((size_t)snprintf(path[t], sizeof path[t], "%s/%s.npy", dir, names[t]) >= sizeof path[t]) {
-            st = attn_fail(ATTN_EINVAL, "--load: directory name is too long");
+            st = attn_fail(ATTN_EINVAL, "directory name is too long (%zu bytes; limit %zu)", strlen(dir),
+                           sizeof path[t] - sizeof "/q.npy"); /* the caller names --load */
             break;
         }
         st = npy_read(path[t], &arr[t]);
@@ -184,16 +196,21 @@ attn_status attn_inputs_check_scale(const attn_inputs *in) {
     const attn_problem *p = &in->p;
     const int64_t n = attn_qkv_elems(p);
     const double qmax = max_abs(in->q, n, p->dtype), kmax = max_abs(in->k, n, p->dtype);
-    const double dot = (double)p->D * qmax * kmax, scale = fabs((double)p->scale);
+    const double dot = (double)p->D * qmax * kmax, sl2 = fabs((double)p->scale) * 1.4426950408889634;
     if (!(dot <= ATTN_MAX_SCORE))
         return attn_fail(ATTN_EINVAL, "the inputs are too large for float32 scores at any scale: D * max|q| * max|k|"
                          " = %lld * %g * %g = %.3g, limit 2^120 = %.3g", (long long)p->D, qmax, kmax, dot,
                          ATTN_MAX_SCORE);
-    if (!(scale * dot <= ATTN_MAX_SCORE))
-        return attn_fail(ATTN_EINVAL, "|scale| must be at most %.3g for these inputs (got %g): |scale| * D * max|q|"
-                         " * max|k| (D %lld, max|q| %g, max|k| %g) must stay below 2^120 = %.3g so that the float32"
-                         " scores and LSE stay finite", ATTN_MAX_SCORE / dot, (double)p->scale, (long long)p->D,
-                         qmax, kmax, ATTN_MAX_SCORE);
+    if (!(sl2 * dot <= ATTN_MAX_SCORE_LOG2))
+        return attn_fail(ATTN_EINVAL, "|scale| must be at most %.3g for these inputs (got %g): |scale| * log2(e) * D"
+                         " * max|q| * max|k| (D %lld, max|q| %g, max|k| %g) must stay below 2^24 = %.3g, where"
+                         " float32 still counts in whole units (stages 06-09 subtract the row max inside one FFMA)",
+                         ATTN_MAX_SCORE_LOG2 / (1.4426950408889634 * dot), (double)p->scale, (long long)p->D,
+                         qmax, kmax, ATTN_MAX_SCORE_LOG2);
+    if (!(sl2 * qmax <= ATTN_MAX_SCORE))
+        return attn_fail(ATTN_EINVAL, "|scale| must be at most %.3g for these inputs (got %g): stages 03-05 multiply Q"
+                         " by |scale| * log2(e) in float32, and max|q| is %g (limit 2^120 = %.3g)",
+                         ATTN_MAX_SCORE / (1.4426950408889634 * qmax), (double)p->scale, qmax, ATTN_MAX_SCORE);
     return ATTN_OK;
 }
 

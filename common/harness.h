@@ -38,12 +38,19 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
  * and dtype are kept; float32 values are rounded to p->dtype. */
 attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_problem *p);
 void attn_inputs_free(attn_inputs *in);
-/* Scores s = scale * q.k of these inputs are bounded by |scale| * D * max|q| * max|k|; every stage
- * (and the float32 LSE) stays finite while that bound and the unscaled D * max|q| * max|k| are at
- * most ATTN_MAX_SCORE. ATTN_OK, or ATTN_EINVAL with a message giving the largest |scale| these
- * inputs allow (or saying that the inputs themselves are too large for any scale). */
+/* Scores s = scale * q.k of these inputs are bounded by |scale| * D * max|q| * max|k|. Every stage
+ * computes them accurately, and the float32 LSE stays finite, while
+ *   - the unscaled D * max|q| * max|k| <= ATTN_MAX_SCORE (stages 06-09 form q.k in float32),
+ *   - |scale| * log2(e) * max|q| <= ATTN_MAX_SCORE (stages 03-05 fold scale * log2(e) into Q),
+ *   - |scale| * log2(e) * D * max|q| * max|k| <= ATTN_MAX_SCORE_LOG2 (stages 06-09 subtract the row
+ *     max m inside one FFMA, 2^(s * sl2 - fl(m * sl2)): the max's own term is 2 to the power of the
+ *     rounding error of fl(m * sl2), at most 1/2 below 2^24 but 2^64 near 2^88, past fp16's range;
+ *     at --scale 1e10 the CPU model of stage 06 wrote NaN).
+ * ATTN_OK, or ATTN_EINVAL with a message giving the largest |scale| these inputs allow (or saying
+ * that the inputs themselves are too large for any scale). */
 #define ATTN_MAX_SCORE 0x1p120 /* 1.3e36: FLT_MAX is 2^128, and the stages multiply scores by
                                   log2(e) and subtract two of them (x 2.9); 2^8 leaves room to spare */
+#define ATTN_MAX_SCORE_LOG2 0x1p24 /* 1.7e7: float32 still holds every integer up to it */
 attn_status attn_inputs_check_scale(const attn_inputs *in);
 const char *attn_init_name(attn_init kind);
 

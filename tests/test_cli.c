@@ -34,6 +34,11 @@ Test(cli, bad_flags_and_values_exit_2) {
     EXPECT_USAGE("--stage 01 --dim 257", "--dim must be an integer from 1 to 256");
     EXPECT_USAGE("--stage 01 --scale nan", "--scale must be a finite non-zero number");
     EXPECT_USAGE("--stage 01 --scale 0", "--scale must be a finite non-zero number");
+    EXPECT_USAGE("--stage 01 --scale 1e-39",
+                 "--scale must be a finite non-zero number in float32's normal range");
+    EXPECT_USAGE("--stage 01 --scale 4e38",
+                 "--scale must be a finite non-zero number in float32's normal range");
+    EXPECT_USAGE("--stage 01 --load ''", "--load needs a directory (got an empty name)"); /* not "/q.npy" */
     EXPECT_USAGE("--stage 01 --dtype fp8", "--dtype must be fp16 or bf16");
     EXPECT_USAGE("--stage 01 --repeat 0", "--repeat must be an integer from 1 to");
     EXPECT_USAGE("--stage 01 --seq", "--seq needs a value");
@@ -102,6 +107,22 @@ Test(cli, help_and_list) {
     cr_assert(!strstr(out, "01"), "stage 01 runs on the CPU: %s", out);
     cr_assert_eq(attn("--list-dims 01"), 0);
     cr_assert(strstr(out, "1\n") && strstr(out, "256\n"), "%s", out);
+}
+
+/* A list flag prints and exits: whatever else is on the line would be ignored, so it is refused, in
+ * either order (before, "--list --bogus" and "--stage 01 --check --list" exited 0). --help takes all. */
+Test(cli, list_flags_stand_alone) {
+    EXPECT_USAGE("--list --bogus", "--list prints a list and exits: give it alone (got '--bogus' too)");
+    EXPECT_USAGE("--stage 01 --check --list",
+                 "--list prints a list and exits: give it alone (got '--stage' too)");
+    EXPECT_USAGE("--list-ids cpu --seq -5",
+                 "--list-ids prints a list and exits: give it alone (got '--seq' too)");
+    EXPECT_USAGE("--list-dims 01 --dim 64",
+                 "--list-dims prints a list and exits: give it alone (got '--dim' too)");
+    cr_assert_eq(attn("--list-ids cpu"), 0, "%s", out);
+    cr_assert(strstr(out, "01\n"), "%s", out);
+    cr_assert_eq(attn("--list-ids"), 0, "%s", out);
+    cr_assert_eq(attn("--stage 01 --help"), 0, "%s", out);
 }
 
 /* make sanitize's lists (tests/sanitize.sh): commas or spaces name the same runs, as ATTN_TEST_STAGES
@@ -510,20 +531,43 @@ Test(cli, long_paths_keep_the_reason) {
     cr_assert_gt(strlen(dir), 800);
     snprintf(args, sizeof args, "--stage 01 --load %s", dir);
     EXPECT_USAGE(args, "q.npy: cannot open: No such file or directory");
+    /* past 4 KiB the path is refused before any file is opened, in words that do not name --load
+     * (the CLI does: it printed "--load: --load: ") */
+    static char huge[5000];
+    memset(huge, 'x', sizeof huge - 1);
+    attn_inputs in;
+    attn_problem p = attn_problem_make(1, 1, 8, 8, 0);
+    cr_assert_eq(attn_inputs_load(&in, huge, &p), ATTN_EINVAL);
+    cr_assert(strstr(attn_last_error(), "directory name is too long (4999 bytes; limit 4089)"), "%s",
+              attn_last_error());
+    cr_assert_null(strstr(attn_last_error(), "--load"), "%s", attn_last_error());
 }
 
-/* --scale large enough to overflow the float32 scores or LSE is refused with the bound for these
- * inputs; a scale inside it runs, and --check never calls a written value "never written". */
-Test(cli, scale_that_overflows_float32_is_refused) {
-    EXPECT_USAGE("--stage 01 --seq 16 --dim 8 --scale 3e38 --check", "--scale: |scale| must be at most");
+/* --scale past what every stage computes accurately is refused with the bound for these inputs:
+ * scores times log2(e) up to 2^24, since stages 06-09 subtract the row max inside one FFMA (the
+ * bound was 2^120, and at --scale 1e10, inside it, the CPU model of 06 wrote NaN). A scale just
+ * inside runs on every CPU stage, either sign, causal or not, and --check never calls a written
+ * value "never written". */
+Test(cli, scale_past_what_the_stages_compute_is_refused) {
+    const char *shape_args = "--batch 1 --heads 3 --seq 100 --dim 64";
+    char args[256];
+    snprintf(args, sizeof args, "--stage 01 %s --scale 1e10 --check", shape_args);
+    EXPECT_USAGE(args, "--scale: |scale| must be at most");
+    cr_assert(strstr(out, "must stay below 2^24"), "%s", out);
     const char *at = strstr(out, "at most ");
     double limit = 0;
-    cr_assert(at && sscanf(at, "at most %lf", &limit) == 1 && limit > 1e30 && limit < 1e36, "%s", out);
-    char args[256];
-    snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --scale %.6g --check", limit * 0.5);
-    cr_assert_eq(attn(args), 0, "%s: %s", args, out);
-    cr_assert(strstr(out, "PASS") && !strstr(out, "never written") && !strstr(out, "non-finite"), "%s", out);
-    snprintf(args, sizeof args, "--stage 01 --seq 16 --dim 8 --scale %.6g --check", limit * 4);
+    cr_assert(at && sscanf(at, "at most %lf", &limit) == 1 && limit > 1e3 && limit < 1e5, "%s", out);
+    for (int s = 0; s < attn_num_stages; s++) {
+        if (attn_stages[s].on_gpu) continue;
+        for (int c = 0; c < 4; c++) {
+            snprintf(args, sizeof args, "--stage %s %s --scale %.6g %s --check", attn_stages[s].id,
+                     shape_args, (c & 1 ? -0.95 : 0.95) * limit, c & 2 ? "--causal" : "");
+            cr_assert_eq(attn(args), 0, "%s: %s", args, out);
+            cr_assert(strstr(out, "PASS") && !strstr(out, "never written") && !strstr(out, "non-finite"),
+                      "%s: %s", args, out);
+        }
+    }
+    snprintf(args, sizeof args, "--stage 01 %s --scale %.6g --check", shape_args, limit * 1.05);
     EXPECT_USAGE(args, "at most");
     /* bf16 holds values up to 3.4e38: inputs whose unscaled dot products overflow float32 are
      * refused at any scale */
@@ -540,13 +584,71 @@ Test(cli, scale_that_overflows_float32_is_refused) {
     cr_assert_eq(npy_write(path, NPY_F32, 4, shape, big), ATTN_OK, "%s", attn_last_error());
     snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s --check", dir);
     EXPECT_USAGE(args, "--load: the inputs are too large for float32 scores at any scale");
+    /* stages 03-05 fold scale * log2(e) into Q: with K = 0 every score is 0, but 1e10 * 1e30 is not a
+     * float32 */
+    float zero[24] = {0};
+    snprintf(path, sizeof path, "%s/k.npy", dir);
+    cr_assert_eq(npy_write(path, NPY_F32, 4, shape, zero), ATTN_OK, "%s", attn_last_error());
+    snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s --scale 1e10 --check", dir);
+    EXPECT_USAGE(args, "--scale: |scale| must be at most");
+    cr_assert(strstr(out, "stages 03-05 multiply Q by |scale| * log2(e) in float32"), "%s", out);
+    snprintf(args, sizeof args, "--stage 01 --dtype bf16 --load %s --check", dir);
+    cr_assert_eq(attn(args), 0, "%s: %s", args, out);
+}
+
+/* --init large, first-max and rising grow q or k as 1 / |scale| to keep the scores in range: where
+ * they overflow the dtype, the run says so, naming --init (it blamed "the inputs" at any scale).
+ * first-max and rising follow the scale's sign: key 0 stays each row's max (it became the min). */
+Test(cli, init_follows_the_scale) {
+    EXPECT_USAGE("--stage 01 --init first-max --scale 1e-6",
+                 "--init first-max: at |scale| 1e-06 its q or k values overflow fp16");
+    EXPECT_USAGE("--stage 01 --init rising --scale -1e-6", "--init rising: at |scale| 1e-06");
+    char dir[64], args[256], path[512];
+    make_dir(dir, sizeof dir);
+    for (int neg = 0; neg < 2; neg++) {
+        const double scale = neg ? -0.125 : 0.125;
+        snprintf(args, sizeof args,
+                 "--stage 01 --batch 1 --heads 2 --seq 40 --dim 32 --init first-max --scale %g"
+                 " --save %s --save-inputs",
+                 scale, dir);
+        cr_assert_eq(attn(args), 0, "%s: %s", args, out);
+        npy_array q, k;
+        snprintf(path, sizeof path, "%s/q.npy", dir);
+        cr_assert_eq(npy_read(path, &q), ATTN_OK, "%s", attn_last_error());
+        snprintf(path, sizeof path, "%s/k.npy", dir);
+        cr_assert_eq(npy_read(path, &k), ATTN_OK, "%s", attn_last_error());
+        const uint16_t *qh = q.data, *kh = k.data;
+        for (int r = 0; r < 80; r++) { /* (head, row): key 0 beats every other key of its head */
+            const int h = r / 40;
+            double best = -INFINITY;
+            int arg = -1;
+            for (int j = 0; j < 40; j++) {
+                double s = 0;
+                for (int d = 0; d < 32; d++)
+                    s += (double)attn_h2f(qh[r * 32 + d]) * attn_h2f(kh[(h * 40 + j) * 32 + d]);
+                if (scale * s > best) best = scale * s, arg = j;
+            }
+            cr_assert_eq(arg, 0, "scale %g, head %d row %d: the max is key %d", scale, h, r % 40, arg);
+        }
+        npy_free(&q), npy_free(&k);
+    }
+}
+
+/* The library refuses what the CLI refuses: a subnormal scale has lost bits (06m clamped it). */
+Test(cli, problem_refuses_a_subnormal_scale) {
+    attn_problem p = attn_problem_make(1, 1, 8, 8, 0);
+    p.scale = 1e-39f;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL);
+    cr_assert(strstr(attn_last_error(), "scale must be a finite non-zero float32"), "%s", attn_last_error());
+    p.scale = 1.17549435e-38f;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_OK, "%s", attn_last_error());
 }
 
 /* When every checked element equals the reference, there is no worst element to show: the line
  * must not invent one ("[b=0, h=0, n=0, d=0] got 0 want 0"). A huge scale makes the softmax one-hot,
  * so O is a row of V, exactly. */
 Test(cli, exact_output_shows_no_invented_worst_element) {
-    cr_assert_eq(attn("--stage 01 --seq 16 --dim 8 --scale 1e30 --check"), 0, "%s", out);
+    cr_assert_eq(attn("--stage 01 --seq 16 --dim 8 --scale 1e5 --check"), 0, "%s", out);
     cr_assert_not_null(strstr(out, "max abs error   0.000e+00"), "not exact after all: %s", out);
     cr_assert_not_null(strstr(out, "worst element   none"), "%s", out);
     cr_assert_null(strstr(out, "got 0 want 0"), "%s", out);
