@@ -15,6 +15,8 @@
  * The layout is chosen for speed without changing that: a head's K is decoded once, transposed, so
  * that a row's scores are computed key-parallel (s_j += q_d k_dj for all j, d by d: the compiler
  * vectorises the loop over j, each s_j is still summed in the order d = 0 .. D-1).
+ * The check's rule of the range (check.c) needs these same scores: asked for a row, the range of V
+ * over the keys with s_j >= m - reach is taken from s before the exp, at O(D) per such key.
  */
 #include "reference.h"
 
@@ -35,10 +37,10 @@ static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t
         }
 }
 
-/* Row i of one head: s is scratch for N doubles. */
-static void reference_row(const attn_problem *p, const double *Kt, const double *V, const uint16_t *q, int64_t i,
-                          double *s, double *o, double *lse) {
-    const int64_t N = p->N, D = p->D, nkeys = p->causal ? i + 1 : N;
+/* Row i's scores s_j = scale * q.k_j over the nkeys keys it sees, into s; returns their max. */
+static double reference_scores(const attn_problem *p, const double *Kt, const uint16_t *q, int64_t nkeys,
+                               double *s) {
+    const int64_t N = p->N, D = p->D;
     for (int64_t j = 0; j < nkeys; j++) s[j] = 0.0;
     int64_t d = 0;
     for (; d + 2 <= D; d += 2) { /* two steps of d per pass over s, summed in order */
@@ -58,12 +60,19 @@ static void reference_row(const attn_problem *p, const double *Kt, const double 
         s[j] *= (double)p->scale;
         m = fmax(m, s[j]);
     }
+    return m;
+}
+
+/* o and LSE from the scores s of nkeys keys and their max m; s is overwritten by exp(s_j - m). */
+static void reference_average(const attn_problem *p, const double *V, int64_t nkeys, double m, double *s,
+                              double *o, double *lse) {
+    const int64_t D = p->D;
     double l = 0.0;
     for (int64_t j = 0; j < nkeys; j++) {
         s[j] = exp(s[j] - m);
         l += s[j];
     }
-    for (d = 0; d < D; d++) o[d] = 0.0;
+    for (int64_t d = 0; d < D; d++) o[d] = 0.0;
     int64_t j = 0;
     for (; j + 2 <= nkeys; j += 2) { /* two keys per pass over o, summed in order */
         const double p0 = s[j] / l, p1 = s[j + 1] / l;
@@ -78,6 +87,22 @@ static void reference_row(const attn_problem *p, const double *Kt, const double 
         for (int64_t e = 0; e < D; e++) o[e] += pj * vj[e];
     }
     *lse = m + log(l);
+}
+
+/* lo[d], hi[d]: the least and largest v_jd over the keys whose score s_j is at least `floor` (the max
+ * key's among them, so the set is never empty). */
+static void near_range(int64_t D, const double *V, const double *s, int64_t nkeys, double floor, double *lo,
+                       double *hi) {
+    for (int64_t d = 0; d < D; d++) lo[d] = INFINITY, hi[d] = -INFINITY;
+    for (int64_t j = 0; j < nkeys; j++) {
+        if (s[j] < floor) continue;
+        const double *vj = V + j * D;
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) { /* v is finite: no NaN for fmin's rules, and these vectorise */
+            lo[d] = vj[d] < lo[d] ? vj[d] : lo[d];
+            hi[d] = vj[d] > hi[d] ? vj[d] : hi[d];
+        }
+    }
 }
 
 int attn_heads_in_parallel(const attn_problem *p, int64_t nrows) {
@@ -125,12 +150,14 @@ int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, c
     return failed;
 }
 
-/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. */
+/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. reach
+ * (NULL in attn_reference_rows) asks for the range of V near each row's max as well. */
 typedef struct {
     const attn_problem *p;
     const uint16_t *q, *k, *v;
     const int64_t *rows;
-    double *o, *lse;
+    const double *reach;
+    double *o, *lse, *lo, *hi;
 } reference_walk;
 
 static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
@@ -141,22 +168,33 @@ static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
 
 static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const reference_walk *c = ctx;
-    const int64_t N = c->p->N, D = c->p->D;
-    const double *Kt = head;
-    const int64_t row = c->rows[r];
-    reference_row(c->p, Kt, Kt + N * D, c->q + row * D, row % N, scratch, c->o + r * D, c->lse + r);
+    const int64_t N = c->p->N, D = c->p->D, row = c->rows[r], nkeys = c->p->causal ? row % N + 1 : N;
+    const double *Kt = head, *V = Kt + N * D;
+    const double m = reference_scores(c->p, Kt, c->q + row * D, nkeys, scratch);
+    if (c->reach && c->reach[r] >= 0.0)
+        near_range(D, V, scratch, nkeys, m - c->reach[r], c->lo + r * D, c->hi + r * D);
+    else if (c->reach)
+        for (int64_t d = 0; d < D; d++) c->lo[r * D + d] = -INFINITY, c->hi[r * D + d] = INFINITY;
+    reference_average(c->p, V, nkeys, m, scratch, c->o + r * D, c->lse + r);
 }
 
-attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                const int64_t *rows, int64_t nrows, double *o, double *lse) {
+attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows, int64_t nrows) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
     for (int64_t r = 0; r < nrows; r++)
         if (rows[r] < 0 || rows[r] >= attn_rows(p) || (r > 0 && rows[r] < rows[r - 1]))
             return attn_fail(ATTN_EINVAL, "reference: rows must be sorted and in 0..%lld",
                              (long long)attn_rows(p) - 1);
+    return ATTN_OK;
+}
+
+attn_status attn_reference_rows_near(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                                     const uint16_t *v, const int64_t *rows, int64_t nrows,
+                                     const double *reach, double *o, double *lse, double *lo, double *hi) {
+    attn_status st = attn_reference_rows_valid(p, rows, nrows);
+    if (st != ATTN_OK) return st;
     const int64_t N = p->N, D = p->D;
-    reference_walk c = {p, q, k, v, rows, o, lse};
+    reference_walk c = {p, q, k, v, rows, reach, o, lse, lo, hi};
     const attn_head_walk w = {(size_t)(2 * N * D) * sizeof(double), (size_t)N * sizeof(double),
                               reference_decode, reference_walk_row, &c};
     char size[32];
@@ -164,4 +202,10 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
         return attn_fail(ATTN_ENOMEM, "reference: cannot allocate one head of K and V (%s) or its scores",
                          attn_size_text(2.0 * (double)(N * D) * 8.0, size, sizeof size));
     return ATTN_OK;
+}
+
+attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const int64_t *rows, int64_t nrows, double *o,
+                                double *lse) {
+    return attn_reference_rows_near(p, q, k, v, rows, nrows, NULL, o, lse, NULL, NULL);
 }

@@ -12,8 +12,21 @@ extern "C" {
 /* O and LSE of the listed rows, in double. rows[] holds global row indices (b*H + h)*N + i, sorted
  * ascending (the rows of one head share one decoding of its K and V). Writes o[r*D .. r*D+D-1] and
  * lse[r] for the r-th listed row. */
-attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                const int64_t *rows, int64_t nrows, double *o, double *lse);
+attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const int64_t *rows, int64_t nrows, double *o,
+                                double *lse);
+
+/* ATTN_OK when p is valid and rows[] sorted and within it, as the functions here need; else ATTN_EINVAL. */
+attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows, int64_t nrows);
+
+/* attn_reference_rows, and for the r-th listed row, when reach[r] >= 0, the range of V over the keys
+ * whose score is within reach[r] of the row's largest: lo[r*D + d] and hi[r*D + d], the least and
+ * largest v_jd over the keys j the row sees with s_j >= max_j s_j - reach[r], taken from the same
+ * double scores as o (check.c's rule of the range). reach[r] < 0 asks for no range: lo = -inf,
+ * hi = +inf, and the row costs nothing more. */
+attn_status attn_reference_rows_near(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                                     const uint16_t *v, const int64_t *rows, int64_t nrows,
+                                     const double *reach, double *o, double *lse, double *lo, double *hi);
 
 /* How a check spreads its rows over the threads. Short heads (N * D <= 64 Ki, more than two heads'
  * rows listed) go a head per thread, each decoding its own K and V; long heads one at a time, their

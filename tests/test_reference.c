@@ -207,7 +207,8 @@ Test(reference, lse_is_direct_log_sum_exp) {
             for (int64_t j = 0; j <= i; j++) {
                 long double s = 0;
                 for (int64_t d = 0; d < p.D; d++)
-                    s += (long double)attn_h2f(in.q[(bh * p.N + i) * p.D + d]) * attn_h2f(in.k[(bh * p.N + j) * p.D + d]);
+                    s += (long double)attn_h2f(in.q[(bh * p.N + i) * p.D + d]) *
+                         attn_h2f(in.k[(bh * p.N + j) * p.D + d]);
                 sum += expl(s * p.scale);
             }
             double want = (double)logl(sum), got = lse[bh * p.N + i];
@@ -276,3 +277,136 @@ Test(check, samples_first_and_last_head_of_large_problems) {
     for (int64_t r = 1; r < nrows; r++) cr_assert(rows[r] > rows[r - 1], "sorted, no duplicates");
     free(rows);
 }
+
+/* ---- the check at large scores: the rule of the range (check.c) ------------------------------ */
+
+/* At --scale 10000 (N = 300, D = 64, normal inputs) the scores reach 1e5 and term (c) of the tolerance,
+ * 2 ds Vmax with ds about 2, is about 4 Vmax: wider than any wrong softmax average can be (2 Vmax), so
+ * tol alone passed every finite O there. The rule of the range must fail these and pass every stage. */
+static const float large_scales[] = {3000.0f, 10000.0f, 30000.0f};
+#define NUM_LARGE_SCALES ((int)(sizeof large_scales / sizeof large_scales[0]))
+
+/* B = 1, H = 2, D = 64 and the harness's normal inputs at this N and scale (0: the default 1/sqrt(D)). */
+static void scaled_inputs(attn_inputs *in, int64_t N, int causal, attn_dtype t, float scale) {
+    attn_problem p = attn_problem_make(1, 2, N, 64, causal);
+    p.dtype = t;
+    if (scale != 0.0f) p.scale = scale;
+    cr_assert_eq(attn_inputs_random(in, &p, 4000 + (uint64_t)N * 2 + (uint64_t)causal, ATTN_INIT_NORMAL),
+                 ATTN_OK, "%s", attn_last_error());
+}
+
+/* Every row of O (and LSE, when not NULL) checked; the check's verdict, with c filled. */
+static int check_all_rows(const attn_inputs *in, const uint16_t *o, const float *lse, attn_check *c) {
+    const int64_t rows = attn_rows(&in->p);
+    int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+    cr_assert(idx);
+    for (int64_t r = 0; r < rows; r++) idx[r] = r;
+    cr_assert_eq(attn_check_output(in, o, lse, idx, rows, c), ATTN_OK, "%s", attn_last_error());
+    free(idx);
+    return c->pass;
+}
+
+/* Stage `id` (stage 01 or a CPU model) run through its registry entry, as attn_run does, into o and lse. */
+static void run_cpu_stage(const char *id, const attn_inputs *in, uint16_t *o, float *lse) {
+    const attn_stage *s = attn_find_stage(id);
+    cr_assert(s && s->run && !s->on_gpu, "stage %s is not a CPU stage of this build", id);
+    attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1};
+    cr_assert_eq(s->run(&in->p, &a), ATTN_OK, "stage %s: %s", id, attn_last_error());
+}
+
+Test(check, large_scores_fail_zero_output) {
+    for (int i = 0; i < NUM_LARGE_SCALES; i++)
+        for (int causal = 0; causal <= 1; causal++) {
+            attn_inputs in;
+            scaled_inputs(&in, 300, causal, ATTN_F16, large_scales[i]);
+            uint16_t *o = calloc((size_t)attn_qkv_elems(&in.p), 2); /* +0.0 in fp16 */
+            attn_check c;
+            cr_assert(o);
+            cr_assert(!check_all_rows(&in, o, NULL, &c),
+                      "O = 0 passed at scale %g, causal %d: worst ratio %g", (double)large_scales[i], causal,
+                      c.worst_ratio);
+            free(o);
+            attn_inputs_free(&in);
+        }
+}
+
+Test(check, large_scores_fail_next_keys_value) {
+    /* O_i = v_{i+1} (the last row takes v_0): the value of the wrong key, the classic off-by-one */
+    for (int i = 0; i < NUM_LARGE_SCALES; i++)
+        for (int causal = 0; causal <= 1; causal++) {
+            attn_inputs in;
+            scaled_inputs(&in, 300, causal, ATTN_F16, large_scales[i]);
+            const int64_t rows = attn_rows(&in.p), D = in.p.D;
+            uint16_t *o = malloc((size_t)attn_qkv_elems(&in.p) * 2);
+            cr_assert(o);
+            for (int64_t r = 0; r < rows; r++) memcpy(o + r * D, in.v + (r + 1) % rows * D, (size_t)D * 2);
+            attn_check c;
+            cr_assert(!check_all_rows(&in, o, NULL, &c),
+                      "O_i = V_i+1 passed at scale %g, causal %d: worst ratio %g", (double)large_scales[i],
+                      causal, c.worst_ratio);
+            free(o);
+            attn_inputs_free(&in);
+        }
+}
+
+Test(check, large_scores_fail_output_outside_range_of_v) {
+    /* 04m-no-alpha's symptom: an element outside the range of v over every key the row sees (no
+     * average of them can be there), a quarter of Vmax past it; the rest of O correct (stage 01). */
+    attn_inputs in;
+    scaled_inputs(&in, 300, 1, ATTN_F16, 10000.0f);
+    const int64_t D = in.p.D, row = 150, d = 5;
+    uint16_t *o = malloc((size_t)attn_qkv_elems(&in.p) * 2);
+    float *lse = malloc((size_t)attn_rows(&in.p) * 4);
+    cr_assert(o && lse);
+    run_cpu_stage("01", &in, o, lse);
+    attn_check c;
+    cr_assert(check_all_rows(&in, o, lse, &c), "stage 01 failed: worst ratio %g", c.worst_ratio);
+    double hi = -INFINITY, vmax = 0.0;
+    for (int64_t j = 0; j <= row; j++) { /* causal: keys 0 .. row */
+        for (int64_t e = 0; e < D; e++) vmax = fmax(vmax, fabs(attn_h2f(in.v[j * D + e])));
+        hi = fmax(hi, attn_h2f(in.v[j * D + d]));
+    }
+    o[row * D + d] = attn_f2h((float)(hi + 0.25 * vmax));
+    cr_assert(!check_all_rows(&in, o, lse, &c), "O = %g past max v = %g passed: worst ratio %g",
+              (double)attn_h2f(o[row * D + d]), hi, c.worst_ratio);
+    cr_assert(c.worst_n == row && c.worst_d == d, "the wrong element must be the worst: n %lld d %lld",
+              (long long)c.worst_n, (long long)c.worst_d);
+    free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
+/* Stage `id`'s O (and LSE) at this shape must pass the check; the failure is reported, not fatal. */
+static void stage_passes(const char *id, attn_dtype t, int64_t N, int causal, float scale) {
+    attn_inputs in;
+    scaled_inputs(&in, N, causal, t, scale);
+    uint16_t *o = malloc((size_t)attn_qkv_elems(&in.p) * 2);
+    float *lse = malloc((size_t)attn_rows(&in.p) * 4);
+    cr_assert(o && lse);
+    run_cpu_stage(id, &in, o, lse);
+    attn_check c;
+    cr_expect(
+        check_all_rows(&in, o, attn_find_stage(id)->writes_lse ? lse : NULL, &c),
+        "stage %s %s N=%lld causal %d scale %g failed: [n=%lld d=%lld] got %g want %g tol %g (ratio %g), "
+        "LSE ratio %g",
+        id, attn_dtype_name(t), (long long)N, causal, (double)in.p.scale, (long long)c.worst_n,
+        (long long)c.worst_d, c.worst_got, c.worst_want, c.worst_tol, c.worst_ratio, c.lse_worst_ratio);
+    free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
+/* Stage 01 and the CPU models, each dtype they take, at N not a multiple of 64, causal and not. */
+static void correct_stages_pass(float scale) {
+    static const char *ids[] = {"01", "03m", "04m", "05m", "06m"};
+    static const int64_t Ns[] = {77, 300};
+    for (int s = 0; s < (int)(sizeof ids / sizeof ids[0]); s++)
+        for (int t = 0; t <= ATTN_BF16; t++)
+            for (int n = 0; n < 2 && (attn_find_stage(ids[s])->dtypes & ATTN_DTYPE_BIT(t)); n++)
+                for (int causal = 0; causal <= 1; causal++)
+                    stage_passes(ids[s], (attn_dtype)t, Ns[n], causal, scale);
+}
+
+Test(check, large_scores_pass_every_cpu_stage) {
+    for (int i = 0; i < NUM_LARGE_SCALES; i++) correct_stages_pass(large_scales[i]);
+}
+
+Test(check, default_scale_passes_every_cpu_stage) { correct_stages_pass(0.0f); }
