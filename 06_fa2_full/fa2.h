@@ -46,7 +46,10 @@ typedef enum {
  *   D      32, 64, 96, 128 or 256 (64 and 128 are the tuned ones)
  *   causal 0: every query sees every key; 1: query i sees keys 0..i
  *   scale  finite, |scale| <= FA2_MAX_SCALE; 1/sqrt(D) is the usual one (negative flips the scores,
- *          0 is uniform attention). LSE overflows to +-inf where |scale * q . k| exceeds float range.
+ *          0 is uniform attention). The results are accurate while every |scale * log2(e) * q . k| is
+ *          at most 2^24 (build/attn refuses a scale past that bound for its inputs): the kernel
+ *          subtracts the row max m inside one FFMA, 2^(s * sl2 - fl(m * sl2)), and past 2^24 the
+ *          rounding of fl(m * sl2) exceeds one unit; near 2^88 it overflows the 16-bit P (NaN in O).
  * Before launching it asks the runtime what each pointer is (cudaPointerGetAttributes, one call each):
  * host memory and memory of another device are FA2_EINVAL.
  * FA2_ECUDA is the error of its own calls (the pointer query, the configuration, the launch), never one

@@ -8,7 +8,8 @@
  * with the signature, status codes and argument rules of stage 06's fa2_forward (06_fa2_full/fa2.h):
  * 0 ok, 1 invalid argument, 2 unsupported, 3 CUDA error; the reason of the last refusal on this thread
  * in NAME_last_error(), one line naming the argument. Like fa2_forward: causal is 0 or 1; scale is
- * finite with |scale| <= ATTN_LIB_MAX_SCALE, negative flips the scores and 0 is uniform attention;
+ * finite with |scale| <= ATTN_LIB_MAX_SCALE, negative flips the scores and 0 is uniform attention,
+ * and the results are accurate while every |scale * log2(e) * q . k| is at most 2^24 (fa2.h says why);
  * q, k, v, o are 16-byte aligned device (or managed) memory of the current device, lse 4-byte aligned;
  * o and lse share no byte with an input or each other; an error an earlier, unrelated CUDA call left in
  * cudaGetLastError() is neither reported as the call's own nor cleared. Unlike it, lse must not be NULL
