@@ -168,7 +168,11 @@ static void print_worst(const attn_check *c) {
     }
     printf("  worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %.6g want %.6g", (long long)c->worst_b,
            (long long)c->worst_h, (long long)c->worst_n, (long long)c->worst_d, c->worst_got, c->worst_want);
-    if (isfinite(c->worst_got))
+    if (isfinite(c->worst_got) && c->worst_by_range && c->worst_ratio > 1.0) /* check.c's rule of the range */
+        printf(" tol %.3g (err/tol %.3f): outside the range of V over the keys within reach of the max, "
+               "[%.6g, %.6g]\n",
+               c->worst_tol, c->worst_ratio, c->worst_lo, c->worst_hi);
+    else if (isfinite(c->worst_got))
         printf(" tol %.3g (err/tol %.3f)\n", c->worst_tol, c->worst_ratio);
     else
         printf(" (not finite)\n");

@@ -147,14 +147,18 @@ static void note_worst(attn_check *c, const attn_problem *p, int64_t row, int64_
     c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
     c->worst_n = row % p->N, c->worst_d = d;
     c->worst_got = got, c->worst_want = want, c->worst_tol = tol;
+    c->worst_by_range = 0;
 }
 
-/* The tolerance of element d toward got's side of want: tol, or less where the range's edge is nearer. */
-static double tolerance(const row_scale *k, double got, double want, int64_t d) {
+/* The tolerance of element d toward got's side of want: tol, or less where the range's edge is nearer
+ * (*by_range = 1). */
+static double tolerance(const row_scale *k, double got, double want, int64_t d, int *by_range) {
     const double tol = 2.0 * k->u * fabs(want) + 2.0 * k->u * k->vm + 2.0 * k->ds * k->vm +
                        8.0 * k->sqrtN * U32 * k->vm + 1e-7;
     const double w = (4.0 * k->u + 8.0 * k->sqrtN * U32 + 5e-9) * k->vm + 1e-7;
-    return fmin(tol, got > want ? k->hi[d] + w - want : want - (k->lo[d] - w));
+    const double edge = got > want ? k->hi[d] + w - want : want - (k->lo[d] - w);
+    *by_range = edge < tol;
+    return fmin(tol, edge);
 }
 
 /* Row `row` of O against want[0..D-1]; a non-finite element is the worst one (the first of them kept). */
@@ -168,11 +172,15 @@ static void check_o_row(attn_check *c, const attn_problem *p, int64_t row, const
                 note_worst(c, p, row, d, INFINITY, got, want[d], 0.0);
             continue;
         }
-        const double err = fabs(got - want[d]), tol = tolerance(k, got, want[d], d);
+        int by_range;
+        const double err = fabs(got - want[d]), tol = tolerance(k, got, want[d], d, &by_range);
         *err2 += err * err;
         *ref2 += want[d] * want[d];
         if (err > c->max_abs_err) c->max_abs_err = err;
-        if (err / tol > c->worst_ratio) note_worst(c, p, row, d, err / tol, got, want[d], tol);
+        if (err / tol > c->worst_ratio) {
+            note_worst(c, p, row, d, err / tol, got, want[d], tol);
+            c->worst_by_range = by_range, c->worst_lo = k->lo[d], c->worst_hi = k->hi[d];
+        }
     }
 }
 

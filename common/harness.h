@@ -68,6 +68,9 @@ typedef struct {
     double worst_ratio;      /* max of |O - O_ref| / tol; the check needs this <= 1 */
     int64_t worst_b, worst_h, worst_n, worst_d;
     double worst_got, worst_want, worst_tol;
+    int worst_by_range;      /* 1: the worst element's tol is the rule of the range's (check.c), nearer
+                                than tol: V's range over the keys within reach of the row's max */
+    double worst_lo, worst_hi; /* that range, [lo_d, hi_d] */
     int lse_checked;         /* 0 when the stage does not write LSE */
     double max_lse_err;      /* max |LSE - LSE_ref| */
     double lse_worst_ratio;  /* max of |LSE - LSE_ref| / tol_lse */

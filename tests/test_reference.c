@@ -376,6 +376,9 @@ Test(check, large_scores_fail_output_outside_range_of_v) {
               (double)attn_h2f(o[row * D + d]), hi, c.worst_ratio);
     cr_assert(c.worst_n == row && c.worst_d == d, "the wrong element must be the worst: n %lld d %lld",
               (long long)c.worst_n, (long long)c.worst_d);
+    /* and the report says which rule caught it, with the range (attn --check prints both) */
+    cr_assert(c.worst_by_range && c.worst_lo <= c.worst_hi && c.worst_hi < attn_h2f(o[row * D + d]),
+              "by_range %d, range [%g, %g]", c.worst_by_range, c.worst_lo, c.worst_hi);
     free(o), free(lse);
     attn_inputs_free(&in);
 }
