@@ -123,7 +123,8 @@ typedef struct {
 } attn_result;
 
 attn_run_opts attn_run_opts_default(void);
-/* Validates the problem against the stage, allocates, poisons O and LSE (all bits set: NaN),
+/* Validates the problem against the stage and the scale against the inputs (attn_inputs_check_scale),
+ * allocates, poisons O and LSE (all bits set: NaN),
  * runs warmup + repeat times (CUDA events for GPU stages, a monotonic clock for the CPU stage),
  * optionally checks, and copies O and LSE to o_host / lse_host when they are not NULL
  * (lse_host is left untouched for stages that do not write LSE). Frees everything it allocated. */

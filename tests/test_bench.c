@@ -304,7 +304,7 @@ static void bench_bin_abs(char *bin, size_t cap) {
  * there) and failed at the rename after the whole sweep (exit 1); a path ending in '/' can only be a
  * folder; one under a file cannot be looked up (the early check took lstat's ENOTDIR for "absent"). */
 Test(bench, csv_that_names_no_file_is_refused_before_the_sweep) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2100], cmd[8192];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2100], cmd[4096];
     cr_assert_not_null(mkdtemp(dir));
     bench_bin_abs(bin, sizeof bin);
     snprintf(under_file, sizeof under_file, "--csv %s/b.csv", bin); /* a file is no folder */

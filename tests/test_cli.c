@@ -634,6 +634,23 @@ Test(cli, init_follows_the_scale) {
     }
 }
 
+/* attn_run asks the scale's bound itself, as build/attn does: a caller of the library got NaN from
+ * 06m at scale 1e10. */
+Test(cli, run_refuses_a_scale_past_the_bound) {
+    attn_problem p = attn_problem_make(1, 2, 40, 64, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 3, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    attn_run_opts opt = attn_run_opts_default();
+    attn_result res;
+    in.p.scale = 1e10f;
+    cr_assert_eq(attn_run(attn_find_stage("06m"), &in, &opt, &res, NULL, NULL), ATTN_EINVAL);
+    cr_assert(strstr(attn_last_error(), "|scale| must be at most"), "%s", attn_last_error());
+    in.p.scale = 1e3f;
+    cr_assert_eq(attn_run(attn_find_stage("06m"), &in, &opt, &res, NULL, NULL), ATTN_OK, "%s",
+                 attn_last_error());
+    attn_inputs_free(&in);
+}
+
 /* The library refuses what the CLI refuses: a subnormal scale has lost bits (06m clamped it). */
 Test(cli, problem_refuses_a_subnormal_scale) {
     attn_problem p = attn_problem_make(1, 1, 8, 8, 0);
