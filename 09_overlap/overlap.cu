@@ -2,12 +2,12 @@
  * 09_overlap/overlap.cu: stage 09, the softmax overlapped with the tensor cores.
  *
  * What this stage adds. In stage 08 a consumer warpgroup waits for every wgmma it issues: while it
- * computes exp2 (the special-function unit runs 16 per SM cycle against the tensor cores' 1024
+ * computes exp2 (the special-function unit runs 16 per SM cycle against the tensor cores' 2048
  * multiply-adds per cycle: at D = 64 the exponentials of a tile cost about as long as its two GEMMs)
  * the tensor cores have nothing of its to do. Two schedules hide that work:
- *   1. Ping-pong between the two consumer warpgroups. Named barriers (ids 1 and 2) hand a token back
- *      and forth: a warpgroup issues its GEMMs only while it holds the token, then passes it, so the
- *      GEMMs of one run while the other does its softmax:
+ *   1. Ping-pong between the consumer warpgroups (2, or 3 at D = 64). Named barriers (ids 1..W) hand
+ *      a token round: a warpgroup issues its GEMMs only while it holds the token, then passes it, so
+ *      the GEMMs of one run while another does its softmax:
  *          WG 1:  [GEMMs j] softmax j ......... [GEMMs j+1] softmax j+1 ...
  *          WG 2:  ......... [GEMMs j] softmax j ............ [GEMMs j+1] ...
  *   2. Inside a warpgroup, the softmax of tile j runs under O += P_(j-1) V_(j-1): each window issues
