@@ -324,7 +324,6 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
         c->save_dir = val;
     else if (!strcmp(a, "--scale")) {
         char *end = NULL;
-        errno = 0;
         c->scale = strtod(val, &end);
         /* the stages take it as a float: it must be one, and a normal one (a subnormal scale loses
          * bits, and its log2(e) multiple in the stages' exponent would too) */
