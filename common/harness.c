@@ -196,7 +196,8 @@ attn_status attn_inputs_check_scale(const attn_inputs *in) {
     const attn_problem *p = &in->p;
     const int64_t n = attn_qkv_elems(p);
     const double qmax = max_abs(in->q, n, p->dtype), kmax = max_abs(in->k, n, p->dtype);
-    const double dot = (double)p->D * qmax * kmax, sl2 = fabs((double)p->scale) * 1.4426950408889634;
+    const double log2e = 1.4426950408889634; /* the stages' exponent is base 2: scale * log2(e) */
+    const double dot = (double)p->D * qmax * kmax, sl2 = fabs((double)p->scale) * log2e;
     if (!(dot <= ATTN_MAX_SCORE))
         return attn_fail(ATTN_EINVAL, "the inputs are too large for float32 scores at any scale: D * max|q| * max|k|"
                          " = %lld * %g * %g = %.3g, limit 2^120 = %.3g", (long long)p->D, qmax, kmax, dot,
@@ -205,12 +206,12 @@ attn_status attn_inputs_check_scale(const attn_inputs *in) {
         return attn_fail(ATTN_EINVAL, "|scale| must be at most %.3g for these inputs (got %g): |scale| * log2(e) * D"
                          " * max|q| * max|k| (D %lld, max|q| %g, max|k| %g) must stay below 2^24 = %.3g, where"
                          " float32 still counts in whole units (stages 06-09 subtract the row max inside one FFMA)",
-                         ATTN_MAX_SCORE_LOG2 / (1.4426950408889634 * dot), (double)p->scale, (long long)p->D,
+                         ATTN_MAX_SCORE_LOG2 / (log2e * dot), (double)p->scale, (long long)p->D,
                          qmax, kmax, ATTN_MAX_SCORE_LOG2);
     if (!(sl2 * qmax <= ATTN_MAX_SCORE))
         return attn_fail(ATTN_EINVAL, "|scale| must be at most %.3g for these inputs (got %g): stages 03-05 multiply Q"
                          " by |scale| * log2(e) in float32, and max|q| is %g (limit 2^120 = %.3g)",
-                         ATTN_MAX_SCORE / (1.4426950408889634 * qmax), (double)p->scale, qmax, ATTN_MAX_SCORE);
+                         ATTN_MAX_SCORE / (log2e * qmax), (double)p->scale, qmax, ATTN_MAX_SCORE);
     return ATTN_OK;
 }
 
