@@ -24,7 +24,7 @@
  * (imm-scale-a = -1) instead of flipping bits in shared memory.
  *
  * Limits: head dim 64, 128 or 256; fp16 or bf16; sm_90 only (H100, H200: wgmma is sm_90a code);
- * 16-byte aligned tensors; N <= 2^30; B*H <= 65535^2. Keys past N arrive as zero rows (the tensor
+ * 16-byte aligned tensors; N <= 2^30; B*H <= 2^31. Keys past N arrive as zero rows (the tensor
  * map ends at N) and are masked to -inf; query rows past N are computed and never written.
  *
  * Run it:    build/attn --stage 07 --batch 4 --heads 32 --seq 4096 --dim 128 --check

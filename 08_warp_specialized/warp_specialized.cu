@@ -20,7 +20,7 @@
  * ring is deeper where shared memory allows (D = 64: 4 stages; the 128 x 64 tiles and two blocks per SM
  * are stage 07's).
  *
- * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
+ * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 2^31).
  *
  * Run it:    build/attn --stage 08 --batch 4 --heads 32 --seq 4096 --dim 128 --check
  */

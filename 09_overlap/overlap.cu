@@ -28,7 +28,7 @@
  * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%), and O stored through
  * shared memory by the copy engine where the staging fits (store_o_through_tma(), +1-8%).
  *
- * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 65535^2).
+ * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 2^31).
  *
  * Run it:    build/attn --stage 09 --batch 4 --heads 32 --seq 4096 --dim 128 --check
  */

@@ -42,6 +42,7 @@ attn_status attn_stage_available(const attn_stage *s) {
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "device_sm.h"
 
 attn_status attn_gpu_available(void) {
     int n = 0;
@@ -53,26 +54,6 @@ attn_status attn_gpu_available(void) {
         return attn_fail(ATTN_ENODEV, "no usable GPU: %s", cudaGetErrorString(e));
     if (n < 1) return attn_fail(ATTN_ENODEV, "no usable GPU: no CUDA device found");
     return ATTN_OK;
-}
-
-/* 10 * major + minor of the current device, or -1. ATTN_FAKE_SM=75 (a test hook) makes a newer GPU
- * answer as an sm_75 would when a stage asks whether it may run: how an H200 shows the message a
- * T4 or V100 user gets (the kernels still run on the real GPU). */
-static int gpu_sm(void) {
-    const char *fake = getenv("ATTN_FAKE_SM");
-    if (fake && *fake) {
-        char *end = NULL;
-        long v = strtol(fake, &end, 10);
-        if (*end == '\0' && v >= 10 && v <= 1000) return (int)v;
-    }
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return -1;
-    }
-    return 10 * major + minor;
 }
 
 int attn_gpu_count(void) {
@@ -98,7 +79,7 @@ attn_status attn_stage_available(const attn_stage *s) {
         snprintf(why, sizeof why, "%s", attn_last_error());
         return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU: %s", s->id, why);
     }
-    const int sm = gpu_sm();
+    const int sm = attn_device_sm();
     if (sm < 0) return attn_fail(ATTN_ENODEV, "stage %s: cannot read the GPU's compute capability", s->id);
     if ((s->min_sm && sm < s->min_sm) || (s->max_sm && sm > s->max_sm))
         return attn_fail(ATTN_ENODEV, "stage %s needs %s; this GPU (%s) is sm_%d", s->id, s->arch_text,

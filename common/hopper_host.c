@@ -9,20 +9,35 @@
 #include <pthread.h>
 
 #include "cuda_check.h"
+#include "device_sm.h"
 #include "func_attribute.h"
 #include "hopper_host.h"
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
-static cudaError_t encode_lookup_err;
+static const char *encode_lookup_why = "not looked up";
 static pthread_once_t encode_once = PTHREAD_ONCE_INIT;
 
+/* The runtime's lookup by version exists from CUDA 12.5 on; 12.0-12.4 have the unversioned one, which
+ * answers with the newest form for the runtime's version (cuTensorMapEncodeTiled has had one, 12.0's). */
 static void look_up_encode(void) {
     enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
     void *fn = NULL;
-    encode_lookup_err =
+#if CUDART_VERSION >= 12050
+    const cudaError_t e =
         cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-    if (encode_lookup_err == cudaSuccess && found == cudaDriverEntryPointSuccess)
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* the lookup's own error, kept in the reason below */
+        encode_lookup_why = cudaGetErrorString(e);
+    } else if (found == cudaDriverEntryPointSuccess && fn) {
         encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    } else {
+        encode_lookup_why = found == cudaDriverEntryPointVersionNotSufficent
+                                ? "the driver is older than CUDA 12.0"
+                                : "the driver lacks the symbol";
+    }
 }
 
 attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d,
@@ -30,8 +45,8 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
     pthread_once(&encode_once, look_up_encode);
     if (!encode_tiled)
         return attn_fail(ATTN_ENODEV,
-                         "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer): %s",
-                         cudaGetErrorString(encode_lookup_err));
+                         "the CUDA driver has no cuTensorMapEncodeTiled (a CUDA 12 driver has it): %s",
+                         encode_lookup_why);
     /* dims innermost first: columns, rows of a head, heads; strides in bytes for dims 1 and 2 */
     const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)n, (cuuint64_t)bh};
     const cuuint64_t strides[2] = {(cuuint64_t)d * 2, (cuuint64_t)(n * d * 2)};
@@ -53,14 +68,26 @@ attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D) {
         return attn_fail(ATTN_EUNSUPPORTED, "D: head dim must be 64, 128 or 256 (got %lld)", (long long)D);
     if (N > ((int64_t)1 << 30))
         return attn_fail(ATTN_EUNSUPPORTED, "N: must be at most 2^30 (got %lld)", (long long)N);
-    if (B * H > (int64_t)HOP_GRID_YZ * HOP_GRID_YZ)
-        return attn_fail(ATTN_EUNSUPPORTED, "B*H: must be at most 65535^2 (got %lld)", (long long)(B * H));
+    if (B * H > HOP_MAX_HEADS)
+        return attn_fail(ATTN_EUNSUPPORTED, "B*H: must be at most 2^31 (got %lld)", (long long)(B * H));
+    return ATTN_OK;
+}
+
+attn_status hop_check_device(void) {
+    const int sm = attn_device_sm();
+    if (sm < 0) return attn_fail(ATTN_ECUDA, "device: cannot read the current GPU's compute capability");
+    if (sm != 90)
+        return attn_fail(ATTN_EUNSUPPORTED,
+                         "device: stages 07-09 need an sm_90 GPU (H100, H200): wgmma, setmaxnreg and the "
+                         "copy engine's tensor maps exist in sm_90a code only (got sm_%d)",
+                         sm);
     return ATTN_OK;
 }
 
 attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc) {
     attn_status st = hop_check_limits(p->B, p->H, p->N, p->D);
     if (st != ATTN_OK) return st;
+    if ((st = hop_check_device()) != ATTN_OK) return st;
     const int64_t bh = p->B * p->H;
     if ((st = hop_tensor_map(&kp->q_map, a->q, bh, p->N, p->D, br)) != ATTN_OK ||
         (st = hop_tensor_map(&kp->k_map, a->k, bh, p->N, p->D, bc)) != ATTN_OK ||

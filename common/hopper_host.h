@@ -6,8 +6,8 @@
  * B*H heads) and the box it copies (64 columns x box_rows rows x 1 head, 128-byte swizzle). Rows past
  * N of a head are outside the array, so a box that reaches past a head's end is filled with zeros
  * instead of the next head's rows. cuTensorMapEncodeTiled is a driver function; it is looked up at
- * run time through the runtime (cudaGetDriverEntryPointByVersion), so nothing links -lcuda and the
- * static build still runs on machines without a driver.
+ * run time through the runtime (cudaGetDriverEntryPointByVersion, or cudaGetDriverEntryPoint before
+ * CUDA 12.5), so nothing links -lcuda and the static build still runs on machines without a driver.
  */
 #ifndef ATTN_HOPPER_HOST_H
 #define ATTN_HOPPER_HOST_H
@@ -35,16 +35,25 @@ typedef struct {
     int negate_q;                    /* scale < 0: S = (-Q) K^T (wgmma negates A), and |scale| */
 } hop_attn_params;
 
-/* The largest grid.y and grid.z: B*H is spread over both. */
+/* The largest grid.y and grid.z: B*H is spread over both (2^31 heads need 32769 in z). */
 #define HOP_GRID_YZ 65535
+/* The most heads: a head is the copy engine's third coordinate, a signed 32-bit int (PTX .s32), so
+ * head 2^31 would read as -2^31, outside the tensor: its boxes would arrive as zeros, silently. */
+#define HOP_MAX_HEADS ((int64_t)1 << 31)
 
-/* The Hopper stages' limits: D 64, 128 or 256, N <= 2^30, B*H <= 65535^2 (B*H*N*D already known to
+/* The Hopper stages' limits: D 64, 128 or 256, N <= 2^30, B*H <= 2^31 (B*H*N*D already known to
  * fit in 64 bits). ATTN_EUNSUPPORTED naming the argument and the value ("D: head dim must be 64, 128 or
  * 256 (got 32)"). Asked by hop_attn_setup, and by the stage libraries before any CUDA call (stage_lib.c). */
 attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D);
 
-/* Checks the problem's limits (hop_check_limits) and fills *kp: tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06
- * takes it (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
+/* ATTN_EUNSUPPORTED unless the current device is an sm_90 GPU ("device: ... (got sm_80)"), ATTN_ECUDA
+ * when it cannot be asked. The registry refuses such a GPU before a run (gpu.c); this is for the stage
+ * libraries' callers, who would otherwise see a shared-memory or launch error. ATTN_FAKE_SM applies. */
+attn_status hop_check_device(void);
+
+/* Checks the problem's limits (hop_check_limits) and the device (hop_check_device), and fills *kp:
+ * tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06 takes it
+ * (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
 attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc);
 
 /* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box

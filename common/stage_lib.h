@@ -13,8 +13,9 @@
  * q, k, v, o are 16-byte aligned device (or managed) memory of the current device, lse 4-byte aligned;
  * o and lse share no byte with an input or each other; an error an earlier, unrelated CUDA call left in
  * cudaGetLastError() is neither reported as the call's own nor cleared. Unlike it, lse must not be NULL
- * (these stages always write it) and the head dim is 64, 128 or 256. Launches on `stream` and returns
- * without synchronising. CUDA builds only.
+ * (these stages always write it), the head dim is 64, 128 or 256, B*H <= 2^31, and the current device
+ * must be an sm_90 GPU (else 2, "device: ... (got sm_80)"; hop_check_device). Launches on `stream` and
+ * returns without synchronising. CUDA builds only.
  */
 #ifndef ATTN_STAGE_LIB_H
 #define ATTN_STAGE_LIB_H

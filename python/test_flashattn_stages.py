@@ -353,6 +353,26 @@ def test_matches_float64_reference(stage, dtype, causal, N, D):
     run_and_check(torch, 2, 3, N, D, causal, getattr(torch, dtype), stage=stage)
 
 
+@pytest.mark.parametrize("stage", ["07", "08", "09"])
+def test_hopper_stage_on_another_gpu_says_so(stage, monkeypatch):
+    """On a GPU other than sm_90 the library refuses (ValueError naming it) and writes nothing.
+    ATTN_FAKE_SM (common/device_sm.h) makes the H200 answer as an A100 would; as itself it then runs."""
+    torch = gpu_or_skip()
+    stage_or_skip(torch, stage)
+    q = torch.randn(1, 2, 100, 64, device="cuda", dtype=torch.float16)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((1, 2, 100), float("nan"), device="cuda")
+    monkeypatch.setenv("ATTN_FAKE_SM", "80")
+    with pytest.raises(ValueError, match=r"device: stages 07-09 need an sm_90 GPU .*\(got sm_80\)"):
+        fa.forward(q, q, q, out=(o, lse), stage=stage)
+    torch.cuda.synchronize()
+    assert bool(torch.isnan(o).all()) and bool(torch.isnan(lse).all()), "written though refused"
+    monkeypatch.setenv("ATTN_FAKE_SM", "90")
+    fa.forward(q, q, q, out=(o, lse), stage=stage)
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(o).all()) and bool(torch.isfinite(lse).all())
+
+
 @pytest.mark.parametrize("D", [32, 96, 256])
 def test_other_head_dims(D):
     torch = gpu_or_skip()

@@ -367,7 +367,12 @@ Test(stage_lib_api, refuses_bad_arguments_and_names_them) {
         EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 1, ((int64_t)1 << 30) + 1, D, 0, 0.125f, 0, 0), 2,
                            "N: must be at most 2^30 (got 1073741825)");
         EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 65536, 65536, 1, D, 0, 0.125f, 0, 0), 2,
-                           "B*H: must be at most 65535^2 (got 4294967296)");
+                           "B*H: must be at most 2^31 (got 4294967296)");
+        /* the head is the copy engine's signed 32-bit coordinate: 2^31 heads pass, one more does not */
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, ((int64_t)1 << 31) + 1, 1, 1, D, 0, 0.125f, 0, 0), 2,
+                           "B*H: must be at most 2^31 (got 2147483649)");
+        f(q, k, v, o, lse, (int64_t)1 << 30, 2, 1, D, 0, 0.125f, 0, 0);
+        cr_assert(!strstr(L->last_error(), "B*H"), "%s: 2^31 heads: %s", L->name, L->last_error());
         EXPECT_LIB_REFUSAL(L, f(q, k, v, q, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 1,
                            "o and q: an output must not share memory");
         EXPECT_LIB_REFUSAL(L, f(q, k, v, base + 2 * bytes + 16, lse, 1, 2, N, D, 1, 0.125f, 0, 0), 1,
@@ -417,6 +422,37 @@ Test(stage_lib_api, refuses_host_memory) {
                            "lse: host memory");
     }
     cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), free(host);
+}
+
+/* On a GPU other than sm_90 the libraries refuse as unsupported (2), naming the device's architecture,
+ * and write nothing; ATTN_FAKE_SM makes the H200 answer as an A100 would (device_sm.h). The same call
+ * with the H200 answering as itself then runs, so the refusal comes from the device, not the call. */
+Test(stage_lib_api, refuses_a_gpu_other_than_sm_90) {
+    SKIP_UNLESS_STAGE_LIBS_RUN();
+    const int64_t N = 100, D = 64, elems = 2 * N * D; /* B = 1, H = 2 */
+    void *qkv, *o;
+    float *lse;
+    cr_assert(!cudaMalloc(&qkv, (size_t)elems * 2) && !cudaMalloc(&o, (size_t)elems * 2) &&
+              !cudaMalloc((void **)&lse, 2 * N * 4) && !cudaMemset(qkv, 0, (size_t)elems * 2));
+    uint16_t *ho = malloc((size_t)elems * 2);
+    cr_assert(ho);
+    for (int i = 0; i < 3; i++) {
+        const library *L = &STAGE_LIBS[i];
+        cr_assert(!cudaMemset(o, 0xff, (size_t)elems * 2) && !cudaMemset(lse, 0xff, 2 * N * 4));
+        setenv("ATTN_FAKE_SM", "80", 1);
+        EXPECT_LIB_REFUSAL(L, L->forward(qkv, qkv, qkv, o, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 2,
+                           "device: stages 07-09 need an sm_90 GPU (H100, H200)");
+        cr_assert(strstr(L->last_error(), "(got sm_80)"), "%s: %s", L->name, L->last_error());
+        cr_assert(!cudaDeviceSynchronize() && !cudaMemcpy(ho, o, (size_t)elems * 2, cudaMemcpyDeviceToHost));
+        for (int64_t e = 0; e < elems; e++)
+            cr_assert_eq(ho[e], 0xffff, "%s wrote O[%lld] though it refused", L->name, (long long)e);
+        setenv("ATTN_FAKE_SM", "90", 1);
+        cr_assert_eq(L->forward(qkv, qkv, qkv, o, lse, 1, 2, N, D, 0, 0.125f, 0, 0), 0, "%s: %s", L->name,
+                     L->last_error());
+        cr_assert(!cudaDeviceSynchronize());
+    }
+    unsetenv("ATTN_FAKE_SM");
+    cudaFree(qkv), cudaFree(o), cudaFree(lse), free(ho);
 }
 
 /* Results against the double reference at odd N, causal and not, every supported head dim; the first
