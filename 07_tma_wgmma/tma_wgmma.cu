@@ -6,8 +6,8 @@
  * scale*log2(e) as one multiplier, causal tiles on the diagonal (and the tail tile past N) are
  * visited first with the mask and the rest without it, tiles above the diagonal never, and the
  * epilogue writes O / l and LSE = m2 ln 2 + ln l. What changes is how tiles move and multiply:
- *   1. TMA. One thread asks the bulk tensor copy engine for a whole tile (64 columns x 128 rows per
- *      request, from a tensor map built on the host); the engine writes it to shared memory in the
+ *   1. TMA. One thread asks the bulk tensor copy engine for a whole tile (64 columns x Br or Bc rows
+ *      per request, from a tensor map built on the host); the engine writes it to shared memory in the
  *      128-byte swizzle and counts the bytes on an mbarrier, which the 256 threads wait on. Stage 06
  *      had 128 threads issue 16-byte cp.async copies and compute swizzled addresses themselves.
  *   2. wgmma. A warpgroup (4 warps, 64 query rows) issues S = Q K^T as 64 x Bc x 16 products straight
@@ -15,7 +15,7 @@
  *      registers (the accumulator of S, exponentiated and packed: the same repack as stage 06) and V
  *      read transposed from shared memory by the descriptor. One wgmma m64n128k16 = 262144 flops,
  *      64 times an mma.sync m16n8k16, issued once for four warps.
- *   3. A K/V ring of 2 stages: the loads of tiles j-1 and j-2 are in flight while tile j is used.
+ *   3. A K/V ring of 2 stages: tile j-1 lands while tile j is used, and j-2 refills j's buffer.
  *      The same threads load and compute (one of them issues the copies); that is stage 08's
  *      change.
  * Changed versus stage 06: 128-thread blocks of 4 warps x 32 rows became 256-thread blocks of 2

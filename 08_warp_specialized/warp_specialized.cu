@@ -13,8 +13,8 @@
  * No __syncthreads in the key loop: each consumer runs ahead as far as the ring allows, and the two
  * drift apart, so one's softmax often runs while the other's wgmma does (stage 09 schedules that on
  * purpose). setmaxnreg moves registers to where the work is: at D = 128 and 256 the block starts with
- * 65536 / 384 = 168 per thread; the producer drops to 24, the consumers rise to 240 (128 x 24 +
- * 256 x 240 = 64512); at D = 64, two blocks to an SM, 80 become 24 and 104 (tiles table below).
+ * 168 a thread (65536 / 384 = 170, in steps of 8); the producer drops to 24, the consumers rise to 240
+ * (128 x 24 + 256 x 240 = 64512); at D = 64, two blocks to an SM, 80 become 24 and 104 (tiles table below).
  * Changed versus stage 07: 384 threads instead of 256; the refill moved from the end of the consumer's
  * tile to the producer's loop; full/empty barrier pairs instead of full barriers and __syncthreads; the
  * ring is deeper where shared memory allows (D = 64: 4 stages; the 128 x 64 tiles and two blocks per SM

@@ -7,7 +7,7 @@
  *
  * Hopper's asynchronous path in one picture (one K/V tile, one warpgroup of 128 threads):
  *
- *     global K, V --(TMA: one thread issues, the copy engine moves 8-32 KB)--> shared memory
+ *     global K, V --(TMA: one thread issues, the copy engine moves 8-48 KB)--> shared memory
  *                         completes on an mbarrier (expect_tx bytes, then a phase flips)
  *     shared Q, K --(wgmma: 4 warps issue one 64 x N x 16 product together)--> registers S
  *     registers P, shared V --(wgmma, A from registers, B read transposed)--> registers O
