@@ -47,13 +47,13 @@ typedef struct {
 attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D);
 
 /* ATTN_EUNSUPPORTED unless the current device is an sm_90 GPU ("device: ... (got sm_80)"), ATTN_ECUDA
- * when it cannot be asked. The registry refuses such a GPU before a run (gpu.c); this is for the stage
- * libraries' callers, who would otherwise see a shared-memory or launch error. ATTN_FAKE_SM applies. */
+ * when it cannot be asked. The registry refuses such a GPU before build/attn runs a stage (gpu.c); the
+ * stage libraries ask this (stage_lib.h), as their callers would otherwise see a shared-memory or
+ * launch error. ATTN_FAKE_SM applies. */
 attn_status hop_check_device(void);
 
-/* Checks the problem's limits (hop_check_limits) and the device (hop_check_device), and fills *kp:
- * tensor maps with Br-row boxes for Q and Bc-row boxes for K and V, and the scale as stage 06 takes it
- * (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
+/* Checks the problem's limits (hop_check_limits) and fills *kp: tensor maps with Br-row boxes for Q
+ * and Bc-row boxes for K and V, and the scale as stage 06 takes it (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
 attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc);
 
 /* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box

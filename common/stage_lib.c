@@ -3,7 +3,7 @@
  * with fa2_forward's contract (06_fa2_full/fa2.h): the same checks in the same order, every refusal a
  * line "argument: reason (got value)". First what needs no CUDA call (pointers, sizes, causal, scale,
  * dtype, alignment, the stage's own limits (its head dims, N, B*H), outputs overlapping inputs), then
- * what the pointers are, then the stage.
+ * what the pointers are, then the device (an sm_90 GPU for 07-09), then the stage.
  */
 #ifdef ATTN_HAVE_CUDA
 #include <math.h>
@@ -68,13 +68,14 @@ static int lib_status(attn_status s) {
     }
 }
 
-int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, const void *q, const void *k,
-                     const void *v, void *o, float *lse, int64_t B, int64_t H, int64_t N, int64_t D,
-                     int causal, float scale, int dtype, cudaStream_t stream) {
+int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, attn_stage_device_fn device,
+                     const void *q, const void *k, const void *v, void *o, float *lse, int64_t B, int64_t H,
+                     int64_t N, int64_t D, int causal, float scale, int dtype, cudaStream_t stream) {
     const void *const ptr[5] = {q, k, v, o, lse};
     const int64_t size[4] = {B, H, N, D};
     attn_status st = check_args(ptr, size, causal, scale, dtype, limits);
     if (st == ATTN_OK) st = check_device_memory(ptr);
+    if (st == ATTN_OK) st = device();
     if (st != ATTN_OK) return lib_status(st);
     /* the stage takes scale = 0 as stage 06 does */
     attn_problem p = attn_problem_make(B, H, N, D, causal);

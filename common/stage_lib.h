@@ -2,8 +2,8 @@
  * stage_lib.h: the C library surface of a fast stage, for build/lib<name>.so (python/python.mk) and
  * python/flashattn_stages.py. Each stage that ships as a library declares it in one line,
  *
- *     ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_limits) -> overlap_forward, overlap_status_string,
- *                                                     overlap_last_error
+ *     ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_limits, hop_check_device)
+ *         -> overlap_forward, overlap_status_string, overlap_last_error
  *
  * with the signature, status codes and argument rules of stage 06's fa2_forward (06_fa2_full/fa2.h):
  * 0 ok, 1 invalid argument, 2 unsupported, 3 CUDA error; the reason of the last refusal on this thread
@@ -35,11 +35,16 @@ extern "C" {
 typedef attn_status (*attn_stage_run_fn)(const attn_problem *p, const attn_args *a);
 /* The stage's own limits (head dims, N, B*H), asked before any CUDA call: hop_check_limits for 07-09 */
 typedef attn_status (*attn_stage_limits_fn)(int64_t B, int64_t H, int64_t N, int64_t D);
+/* May the stage run on the current device? Asked after the pointers, before the run: hop_check_device for
+ * 07-09. Asked here and not in the stage's run, which build/attn reaches only after the registry has
+ * asked the same (gpu.c): in the run, its runtime queries added 0.3-0.8 us to each timed call of the
+ * bench (D = 64, N = 128-2048, an A/B on the H200), 2-7% of those points. */
+typedef attn_status (*attn_stage_device_fn)(void);
 
 /* Checks the arguments (above), runs the stage, and maps its status to fa2's codes. */
-int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, const void *q, const void *k,
-                     const void *v, void *o, float *lse, int64_t B, int64_t H, int64_t N, int64_t D,
-                     int causal, float scale, int dtype, cudaStream_t stream);
+int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, attn_stage_device_fn device,
+                     const void *q, const void *k, const void *v, void *o, float *lse, int64_t B, int64_t H,
+                     int64_t N, int64_t D, int causal, float scale, int dtype, cudaStream_t stream);
 const char *attn_lib_status_string(int s);
 
 /* The three functions of one stage library, declared (a C caller writes ATTN_STAGE_LIBRARY_API(overlap)
@@ -56,12 +61,13 @@ const char *attn_lib_status_string(int s);
     ATTN_C_LINKAGE const char *name##_status_string(int s);                                                  \
     ATTN_C_LINKAGE const char *name##_last_error(void);
 
-#define ATTN_STAGE_LIBRARY(name, run, limits)                                                                \
+#define ATTN_STAGE_LIBRARY(name, run, limits, device)                                                        \
     ATTN_STAGE_LIBRARY_API(name)                                                                             \
     int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
                        int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
                        cudaStream_t stream) {                                                                \
-        return attn_lib_forward(run, limits, q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream);     \
+        return attn_lib_forward(run, limits, device, q, k, v, o, lse, B, H, N, D, causal, scale, dtype,      \
+                                stream);                                                                     \
     }                                                                                                        \
     const char *name##_status_string(int s) { return attn_lib_status_string(s); }                            \
     const char *name##_last_error(void) { return attn_last_error(); }
