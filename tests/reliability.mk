@@ -17,13 +17,16 @@
 #                                     SANITIZE_QUICK=1: D = 64 and the smallest;
 #                                     SANITIZE_RESUME=1: keep SANITIZE_OUT, run what is unfinished)
 #   make leakcheck                    valgrind over build/attn's error paths (bad arguments, bad files)
+#   make check-cuda-headers CUDA_HEADERS=DIR
+#                                     every host C file of a CUDA build compiled (syntax only, -Werror)
+#                                     against another CUDA runtime's headers: .ci/run gives it 12.0's
 #   make docs-check                   the tracked *.md files and the source files' header comments:
 #                                     every relative link (and #anchor) resolves, every `make TARGET`
 #                                     names a target, every build/attn and attn-bench command shown
 #                                     parses (tests/docs_check.sh says how; no GPU needed, about 40 s
 #                                     on 2 cores; not part of make check)
 
-.PHONY: fuzz check-asan sanitize leakcheck docs-check
+.PHONY: fuzz check-asan sanitize leakcheck docs-check check-cuda-headers
 
 # ---- fuzzing ---------------------------------------------------------------------------------
 FUZZ_SECONDS ?= 60
@@ -86,6 +89,24 @@ sanitize: $(ATTN)
 	@HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) SANITIZE_OUT=$(SANITIZE_OUT) SANITIZE_JOBS=$(SANITIZE_JOBS) \
 	 SANITIZE_RESUME=$(SANITIZE_RESUME) \
 	 bash tests/sanitize.sh parallel $(ATTN)
+
+# ---- the host code against the oldest CUDA runtime the README takes --------------------------------
+# `make` asks for nvcc 12+, but the build machine has one toolkit: a runtime call newer than 12.0 can
+# creep in unguarded and break every older build (hopper_host.c did, with 12.5's
+# cudaGetDriverEntryPointByVersion). This compiles each host C file that a CUDA build compiles against
+# CUDA_HEADERS (a folder with cuda_runtime_api.h, e.g. from the nvidia-cuda-runtime-cu12 wheel) instead
+# of the installed toolkit's. The kernels are not compiled: that needs the old nvcc itself.
+CUDA_HOST_SRC := $(C_SRC) $(MAIN_SRC) bench/bench_main.c
+check-cuda-headers:
+	@test -f "$(CUDA_HEADERS)/cuda_runtime_api.h" || \
+	  { echo "check-cuda-headers: CUDA_HEADERS must name a folder with cuda_runtime_api.h (got '$(CUDA_HEADERS)')" >&2; exit 2; }
+	@v=$$(sed -n 's/^#define CUDART_VERSION *\([0-9]*\).*/\1/p' "$(CUDA_HEADERS)/cuda_runtime_api.h"); \
+	 for f in $(CUDA_HOST_SRC); do \
+	   $(CC) -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror \
+	     -DATTN_HAVE_CUDA=1 -DATTN_CUDA_CORES_MIN_SM=70 -I"$(CUDA_HEADERS)" -Icommon -I. -fsyntax-only "$$f" || \
+	     { echo "check-cuda-headers: FAIL: $$f against CUDART_VERSION $$v"; exit 1; }; \
+	 done; \
+	 echo "check-cuda-headers: $(words $(CUDA_HOST_SRC)) host files compile against CUDART_VERSION $$v"
 
 # ---- valgrind over the front end's error paths -----------------------------------------------
 leakcheck: $(ATTN)
