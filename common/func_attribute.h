@@ -7,8 +7,9 @@
  * succeeds (measured on the H200 with CUDA 13.0: a planted cudaErrorMemoryAllocation was gone after
  * the call), and that error belongs to the caller. The driver's cuFuncSetAttribute sets the same
  * attribute and knows nothing of the runtime's last error; it is reached through the runtime's
- * entry-point lookup, so nothing links -lcuda. Where the lookup is missing (runtimes before 12.5) the
- * runtime call is used.
+ * entry-point lookup, so nothing links -lcuda: by version from CUDA 12.5, unversioned before (12.0-12.4
+ * lack cudaGetDriverEntryPointByVersion; cuFuncSetAttribute has had one form). Only where the lookup
+ * fails is the runtime call used.
  */
 #ifndef ATTN_FUNC_ATTRIBUTE_H
 #define ATTN_FUNC_ATTRIBUTE_H
@@ -18,15 +19,18 @@
 
 static inline cudaError_t attn_func_set_attribute(const void *kernel, enum cudaFuncAttribute attr,
                                                   CUfunction_attribute cu_attr, int value) {
-#if CUDART_VERSION >= 12050
     typedef CUresult (*set_attribute_fn)(CUfunction, CUfunction_attribute, int);
     static void *driver_set; /* looked up once; threads racing here store the same pointer */
     void *fn = __atomic_load_n(&driver_set, __ATOMIC_ACQUIRE);
     if (fn == NULL) {
         enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuFuncSetAttribute", &fn, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess)
+#if CUDART_VERSION >= 12050
+        const cudaError_t e =
+            cudaGetDriverEntryPointByVersion("cuFuncSetAttribute", &fn, 12000, cudaEnableDefault, &found);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuFuncSetAttribute", &fn, cudaEnableDefault, &found);
+#endif
+        if (e != cudaSuccess || found != cudaDriverEntryPointSuccess)
             fn = NULL;
         else
             __atomic_store_n(&driver_set, fn, __ATOMIC_RELEASE);
@@ -35,9 +39,6 @@ static inline cudaError_t attn_func_set_attribute(const void *kernel, enum cudaF
     if (fn != NULL && cudaGetFuncBySymbol(&f, kernel) == cudaSuccess)
         return ((set_attribute_fn)fn)(f, cu_attr, value) == CUDA_SUCCESS ? cudaSuccess
                                                                          : cudaErrorInvalidValue;
-#else
-    (void)cu_attr;
-#endif
     return cudaFuncSetAttribute(kernel, attr, value);
 }
 
