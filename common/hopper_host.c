@@ -75,7 +75,10 @@ attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D) {
 
 attn_status hop_check_device(void) {
     const int sm = attn_device_sm();
-    if (sm < 0) return attn_fail(ATTN_ECUDA, "device: cannot read the current GPU's compute capability");
+    if (sm < 0)
+        return attn_fail(ATTN_ECUDA,
+                         "device: the CUDA runtime cannot tell the current GPU's compute capability "
+                         "(no usable device?)");
     if (sm != 90)
         return attn_fail(ATTN_EUNSUPPORTED,
                          "device: stages 07-09 need an sm_90 GPU (H100, H200): wgmma, setmaxnreg and the "

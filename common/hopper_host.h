@@ -53,7 +53,8 @@ attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D);
 attn_status hop_check_device(void);
 
 /* Checks the problem's limits (hop_check_limits) and fills *kp: tensor maps with Br-row boxes for Q
- * and Bc-row boxes for K and V, and the scale as stage 06 takes it (0 runs as FLT_MIN, where every 2^x rounds to 1; a negative scale as -Q and |scale|). */
+ * and Bc-row boxes for K and V, and the scale as stage 06 takes it (0 runs as FLT_MIN, where every 2^x
+ * rounds to 1; a negative scale as -Q and |scale|). */
 attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const attn_args *a, int br, int bc);
 
 /* Fills *map for the [bh, n, d] 16-bit tensor at base (16-byte aligned, d a multiple of 64) with a box

@@ -14,8 +14,8 @@
  * o and lse share no byte with an input or each other; an error an earlier, unrelated CUDA call left in
  * cudaGetLastError() is neither reported as the call's own nor cleared. Unlike it, lse must not be NULL
  * (these stages always write it), the head dim is 64, 128 or 256, B*H <= 2^31, and the current device
- * must be an sm_90 GPU (else 2, "device: ... (got sm_80)"; hop_check_device). Launches on `stream` and
- * returns without synchronising. CUDA builds only.
+ * must be an sm_90 GPU (else 2, "device: ... (got sm_80)", or 3 when it cannot be asked;
+ * hop_check_device). Launches on `stream` and returns without synchronising. CUDA builds only.
  */
 #ifndef ATTN_STAGE_LIB_H
 #define ATTN_STAGE_LIB_H
