@@ -17,17 +17,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
 static const char *encode_lookup_why = "not looked up";
 static pthread_once_t encode_once = PTHREAD_ONCE_INIT;
 
-/* The runtime's lookup by version exists from CUDA 12.5 on; 12.0-12.4 have the unversioned one, which
- * answers with the newest form for the runtime's version (cuTensorMapEncodeTiled has had one, 12.0's). */
+/* Through the runtime's lookup (func_attribute.h: by version from CUDA 12.5, unversioned before). */
 static void look_up_encode(void) {
     enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
     void *fn = NULL;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-#else
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
-#endif
+    const cudaError_t e = attn_driver_entry_point("cuTensorMapEncodeTiled", &fn, &found);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* the lookup's own error, kept in the reason below */
         encode_lookup_why = cudaGetErrorString(e);
