@@ -3,8 +3,9 @@
  * TFLOP/s and memory, and with --check compares it with the double reference.
  *
  * Exit status: 0 done (and PASS with --check); 1 the check FAILED, or the stage could not run
- * (no GPU, not enough memory, a CUDA error), or its results could not be written (stdout, --save);
- * 2 bad input (a flag, a value or an input file).
+ * (no GPU, not enough memory, a CUDA error), or its results could not be written after the run
+ * (stdout, --save); 2 bad input (a flag, a value, an input file, or a --save directory refused before
+ * the run).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "hold_signals.h"
 #include "npy.h"
 
 #define EXIT_FAIL 1
@@ -81,7 +83,9 @@ static void usage(FILE *f, const char *prog) {
             "                    the run; the results go to unique temporary files after it, renamed\n"
             "                    together, and a failed rename puts the old files back); an o.npy or\n"
             "                    lse.npy there that is not a file (a directory, a FIFO) is refused at\n"
-            "                    once; a stage without LSE removes an old lse.npy\n"
+            "                    once; a stage without LSE removes an old lse.npy; a q.npy, k.npy\n"
+            "                    or v.npy there is refused (they would not be this run's inputs)\n"
+            "                    unless --save-inputs replaces them or DIR is the --load one\n"
             "  --save-inputs     with --save: also DIR/q.npy, DIR/k.npy, DIR/v.npy, the inputs of this\n"
             "                    run (float16 [B, H, N, D]), committed with the results: a folder that\n"
             "                    --load reads, to edit or to feed another stage\n"
@@ -91,7 +95,8 @@ static void usage(FILE *f, const char *prog) {
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
-            "CUDA error, the results could not be written to stdout or DIR), 2 bad input.\n",
+            "CUDA error, the results could not be written to stdout or DIR after the run), 2 bad\n"
+            "input (a flag, a value, an input file, a --save DIR refused before the run).\n",
             ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_GPUS);
     fprintf(f, "Example: %s " USAGE_EXAMPLE "\n", prog);
 }
@@ -427,9 +432,26 @@ static const char *file_kind(mode_t m) {
                                       : "not a regular file";
 }
 
+/* The index in save_names of a q.npy, k.npy or v.npy in the --save directory that this run leaves
+ * there unchanged although they are not its inputs, or -1. Without --save-inputs, inputs from an
+ * earlier run (or another source) would stay beside the new o.npy, and `--load DIR --check` would
+ * check the new results against them. They are this run's when DIR is the --load directory itself. */
+static int stale_inputs(const cli *c, int dirfd) {
+    if (c->save_inputs) return -1;
+    struct stat save_sb, load_sb;
+    if (c->load_dir && fstat(dirfd, &save_sb) == 0 && stat(c->load_dir, &load_sb) == 0 &&
+        save_sb.st_dev == load_sb.st_dev && save_sb.st_ino == load_sb.st_ino)
+        return -1;
+    for (int i = 2; i < 5; i++) {
+        struct stat sb;
+        if (fstatat(dirfd, save_names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0) return i;
+    }
+    return -1;
+}
+
 /* --save: before anything is computed, the directory is opened, an o.npy or lse.npy in it that is not
- * a file (or a link, which the rename replaces) is refused, and a temporary file is created there and
- * removed at once: a directory that cannot take the results is refused now, not after the run. The
+ * a file (or a link, which the rename replaces) is refused, as are inputs there that this run would
+ * leave beside its results (stale_inputs), and a temporary file is created there and removed at once: a directory that cannot take the results is refused now, not after the run. The
  * results' own temporary files are created only when they are written (save_commit), so a run
  * interrupted before that leaves nothing in DIR. Returns -1 to go on, or the exit status. */
 static int save_begin(const cli *c, int *dirfd) {
@@ -444,9 +466,18 @@ static int save_begin(const cli *c, int *dirfd) {
                 "--save: '%s/%s' is %s, not a file: it would be replaced (remove it or save elsewhere)",
                 c->save_dir, save_names[i], file_kind(sb.st_mode));
     }
+    const int stale = stale_inputs(c, *dirfd);
+    if (stale >= 0)
+        return bad("--save: '%s/%s' holds inputs that this run does not write: its results would sit beside "
+                   "inputs they may not belong to (add --save-inputs to write this run's q.npy, k.npy and "
+                   "v.npy, or remove them)",
+                   c->save_dir, save_names[stale]);
     npy_out probe;
+    attn_held_signals held;
+    attn_signals_hold(&held); /* a Ctrl-C between the two calls would leave the probe behind */
     attn_status st = npy_out_create(&probe, *dirfd, c->save_dir, save_names[0]);
     npy_out_discard(&probe);
+    attn_signals_release(&held);
     if (st != ATTN_OK)
         return bad("--save: '%s' is not a writable directory: %s", c->save_dir, attn_last_error());
     return -1;
@@ -468,6 +499,8 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     npy_out outs[5];
     int made = 0;
     attn_status st = ATTN_OK;
+    attn_held_signals held;
+    attn_signals_hold(&held); /* from the first temporary file to the last rename (hold_signals.h) */
     for (; made < nouts && st == ATTN_OK; made++)
         st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[which[made]]);
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
@@ -475,6 +508,7 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
                            : npy_out_write(&outs[i], NPY_F16, 4, shape, data[which[i]]);
     if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, s->writes_lse ? 0 : 1);
     for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
+    attn_signals_release(&held);
     if (st != ATTN_OK) {
         fprintf(stderr, "attn: --save: %s (nothing was saved)\n", attn_last_error());
         return EXIT_FAIL;

@@ -3,9 +3,14 @@
  * message naming the argument; --save writes whole files or none; a .npy round trip through
  * --load and --save reproduces the reference.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "01_naive_cpu/naive_cpu.h"
@@ -886,4 +891,83 @@ Test(cli, save_directory_is_tried_before_the_run) {
     FILE *f = fopen(args + strlen("--stage 01 --seq 16 --dim 8 --save "), "wb");
     fclose(f);
     EXPECT_USAGE(args, "is not a writable directory");
+}
+
+/* Inputs left in the --save directory by an earlier --save-inputs are not this run's: refused before
+ * the run (the results of seed 2 beside the inputs of seed 1 would FAIL a `--load DIR --check`, or
+ * worse, pass against the wrong inputs after an edit). Allowed: --save-inputs, which replaces them,
+ * and --save into the --load folder, whose inputs they are (also by another name for it). */
+Test(cli, save_refuses_inputs_it_would_not_write) {
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    const char *shape = "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8";
+    snprintf(args, sizeof args, "%s --seed 1 --save %s --save-inputs", shape, dir);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    unsigned char *before, *after;
+    size_t nb, na;
+    read_file(dir, "o.npy", &before, &nb);
+    snprintf(args, sizeof args, "%s --seed 2 --save %s", shape, dir);
+    EXPECT_USAGE(args, "/q.npy' holds inputs that this run does not write");
+    cr_assert_null(strstr(out, "time "), "the stage ran before the refusal: %s", out);
+    read_file(dir, "o.npy", &after, &na);
+    cr_assert(na == nb && memcmp(before, after, nb) == 0, "o.npy changed although the run was refused");
+    free(after);
+    char path[512];
+    snprintf(path, sizeof path, "%s/q.npy", dir); /* any one of the three is enough to refuse */
+    cr_assert_eq(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/k.npy", dir);
+    cr_assert_eq(unlink(path), 0);
+    EXPECT_USAGE(args, "/v.npy' holds inputs that this run does not write");
+    snprintf(args, sizeof args, "%s --seed 2 --save %s --save-inputs", shape, dir);
+    cr_assert_eq(attn(args), 0, "--save-inputs replaces them: %s", out);
+    snprintf(args, sizeof args, "--stage 01 --load %s/. --save %s --check", dir, dir);
+    cr_assert_eq(attn(args), 0, "saving into the --load folder: %s", out);
+    cr_assert(strstr(out, "PASS"), "%s", out);
+    read_file(dir, "o.npy", &after, &na);
+    cr_assert(na != nb || memcmp(before, after, nb) != 0, "o.npy is still seed 1's");
+    free(before), free(after);
+}
+
+/* A signal while --save writes (here SIGINT as soon as q.npy's temporary file exists, which is after
+ * the run, between the first create and the last rename) waits until the files are renamed: the
+ * process then ends by that signal, and DIR holds the five whole files, no temporary one. The signal
+ * used to land mid-write and leave every temporary file behind (a 24 MB part of o.npy among them). */
+Test(cli, save_interrupted_while_writing_leaves_whole_files) {
+    char dir[64];
+    make_dir(dir, sizeof dir);
+    /* N = 1: 16384 heads of 256 values, 8 MiB per file and almost no arithmetic */
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1), dup2(null, 2);
+        execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "16384", "--seq", "1",
+              "--dim", "256", "--save", dir, "--save-inputs", (char *)NULL);
+        _exit(127);
+    }
+    int seen = 0, status = 0;
+    const time_t deadline = time(NULL) + 60;
+    for (; !seen && time(NULL) < deadline; nanosleep(&(struct timespec){0, 20000}, NULL)) {
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && !seen && (e = readdir(d));)
+            seen = !strncmp(e->d_name, "q.npy.", 6) && strstr(e->d_name, ".tmp") != NULL;
+        if (d) closedir(d);
+        if (!seen && waitpid(pid, &status, WNOHANG) == pid) break;
+    }
+    if (seen) kill(pid, SIGINT);
+    if (seen) cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(seen, "q.npy's temporary file was never seen (exit status %d): nothing was interrupted",
+              status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+              "the run did not end by its SIGINT (status %#x)", status);
+    cr_assert_eq(count_tmp_files(dir), 0, "temporary files left in %s: %s", dir, out);
+    static const char *const names[5] = {"o.npy", "lse.npy", "q.npy", "k.npy", "v.npy"};
+    for (int i = 0; i < 5; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        npy_array a;
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s: %s", names[i], attn_last_error());
+        cr_assert_eq(a.shape[0], 1, "%s", names[i]);
+        npy_free(&a);
+    }
 }

@@ -1,0 +1,35 @@
+/*
+ * hold_signals.h: hold the signals while files are half-written. The front ends write their results
+ * to temporary files and rename them into place (build/attn --save: up to five files, renamed in
+ * turn; attn-bench: its CSV). A Ctrl-C, SIGTERM or SIGHUP between the first create and the last rename
+ * would leave the temporary files behind, or a new o.npy beside the old lse.npy. Held, such a signal is
+ * noted and takes its usual effect at attn_signals_release (the process ends, its files whole).
+ *
+ * Blocking the signal in the writing thread is not enough: the front ends run OpenMP, and a signal
+ * sent to the process goes to any thread that does not block it (a worker ended the process mid-write
+ * before this was a handler). So the signals below get a handler, for every thread, that only notes
+ * the signal; the caller's thread also blocks them, so that its writes are never interrupted.
+ * The cost: a Ctrl-C during the write waits for it (about a second per GB on a local disk). SIGKILL
+ * and SIGSTOP cannot be held. One hold at a time (no nesting).
+ */
+#ifndef ATTN_HOLD_SIGNALS_H
+#define ATTN_HOLD_SIGNALS_H
+
+#include <signal.h>
+
+/* the terminal's, the system's and the shell's ways of ending a process, and SIGXFSZ (a file size
+ * limit: held, the write fails with EFBIG instead, which the writers report) */
+#define ATTN_HELD_SIGNALS                                                                                    \
+    { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGALRM, SIGUSR1, SIGUSR2, SIGXFSZ }
+#define ATTN_NUM_HELD_SIGNALS 8
+
+typedef struct {
+    sigset_t mask;                                  /* the caller's thread's mask before */
+    struct sigaction action[ATTN_NUM_HELD_SIGNALS]; /* the actions before */
+} attn_held_signals;
+
+void attn_signals_hold(attn_held_signals *h);
+/* The actions and mask put back; a signal noted meanwhile raised again (the first one noted). */
+void attn_signals_release(attn_held_signals *h);
+
+#endif
