@@ -8,14 +8,14 @@
  * this CSV (and the peers' CSV) and needs only sh and awk. A point a stage cannot run is a row with
  * the reason: OOM, cpu-skip, unsupported, unavailable, no-gpu; a wrong result is FAIL.
  *
- * Exit status: 0; 2 for a bad flag (a --csv that is not a file's path: empty, ending in '/', under a file,
- * a directory, a FIFO, a device); 1 when the CSV cannot be written (tried before the sweep too), or a
- * stage FAILed or errored.
+ * Exit status: 0; 2 for bad input, refused before the sweep: a bad flag, a point of the sweep that is no
+ * valid problem (B x H x N x D past 2^62 elements), a --csv that is not a file's path (empty, ending in
+ * '/', under a file, a directory, a FIFO, a device) or where no file can be created (a missing folder,
+ * no permission); 1 when the CSV cannot be written after the sweep, or a stage FAILed or errored.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +26,7 @@
 
 #include "attn.h"
 #include "harness.h"
+#include "hold_signals.h"
 #include "stage.h"
 
 #define MAX_LIST 32
@@ -37,7 +38,7 @@
 #define DEFAULT_CSV DEFAULT_DIR "/bench_stages.csv"
 
 typedef struct {
-    int quick, cpu_only, cold;
+    int quick, cpu_only, cold, dry_run, help;
     const char *csv;
     char commit[304]; /* clean_field()'s, at most 300 bytes */
     int64_t B, H, seqs[MAX_LIST], dims[MAX_LIST];
@@ -73,7 +74,8 @@ static void usage(FILE *f) {
         "  --warmup-ms MS     untimed work before a GPU stage's timed runs (default 0: 1 or 2 runs):\n"
         "                     the H200 drops its clock about 20%% within 100 ms of full load (power\n"
         "                     cap), so 100 times every point at the clock it holds under load\n"
-        "  --check-rows K     random rows spot-checked per point (default 48)\n"
+        "  --check-rows K     random rows spot-checked per point against the double reference\n"
+        "                     (default 48; 0..1048576; 0 checks nothing: the check column reads -)\n"
         "  --cpu-limit S      skip the CPU stage (cpu-skip) where one run is estimated above S\n"
         "                     seconds from its measured FLOP rate (default 1; 5 with --quick)\n"
         "  --cold             cold L2: write 4x the L2 size before every timed GPU run (default warm)\n"
@@ -81,6 +83,8 @@ static void usage(FILE *f) {
         "  --csv PATH         CSV to write (default build/bench/bench_stages.csv), tried before the\n"
         "                     sweep; a directory, FIFO or device there is refused, never replaced,\n"
         "                     as is a path that names no file (empty, ending in '/', under a file)\n"
+        "  --dry-run          check the flags, every point's shape and the CSV path, print the plan\n"
+        "                     line, run nothing (make bench asks this before the peers run)\n"
         "  --commit STR       commit recorded in the CSV (make passes git rev-parse --short HEAD);\n"
         "                     ',' and '|' become ';', '\"' becomes \"'\", white space one space\n"
         "  --help\n");
@@ -212,7 +216,7 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
 }
 
 /* The flags, matched whole: the switches, then those that take a value (FLAG VALUE or FLAG=VALUE). */
-static const char *const switches[] = {"--quick", "--cold", "--cpu-only"};
+static const char *const switches[] = {"--quick", "--cold", "--cpu-only", "--dry-run"};
 static const char *const value_flags[] = {"--batch",      "--heads",     "--seqs",      "--dims",
                                           "--causal",     "--stages",    "--repeat-ms", "--warmup-ms",
                                           "--check-rows", "--cpu-limit", "--csv",       "--commit"};
@@ -246,7 +250,7 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
     int seen[NFLAGS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) exit(print_usage_to_stdout());
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return c->help = 1, 0; /* main prints it */
         const size_t len = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a); /* --flag=value */
         const int f = flag_index(a, len);
         if (f < 0 || (f < NSWITCH && eq))
@@ -254,7 +258,7 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
         const char *flag = f < NSWITCH ? switches[f] : value_flags[f - NSWITCH];
         if (seen[f]++) return fprintf(stderr, "attn-bench: %s given twice\n", flag), -1;
         if (f < NSWITCH) {
-            *(f == 0 ? &c->quick : f == 1 ? &c->cold : &c->cpu_only) = 1;
+            *(f == 0 ? &c->quick : f == 1 ? &c->cold : f == 2 ? &c->cpu_only : &c->dry_run) = 1;
             continue;
         }
         val = eq && len < strlen(a) ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
@@ -300,20 +304,16 @@ __attribute__((format(printf, 2, 3))) static void set_note(row_t *r, const char 
 
 typedef struct {
     const cfg_t *c;
-    row_t *rows;
-    size_t nrows, cap;
+    row_t *rows; /* sw->total of them */
+    size_t nrows;
     int gpu_ok, failed, total;
     char gpu_why[256];
     double cpu_gflops; /* the CPU stage's last measured rate; 0 before the first, -1 if that failed */
     uint16_t *o_host; float *lse_host; /* O and LSE of every run at one point (NULL: attn_run's own) */
 } sweep_t;
 
+/* The sweep's next row: main allocates sw->total of them before the sweep, one per (D, N, causal, stage). */
 static row_t *new_row(sweep_t *sw, const attn_stage *s, const attn_problem *p) {
-    if (sw->nrows == sw->cap) {
-        sw->cap = sw->cap ? 2 * sw->cap : 256;
-        if (!(sw->rows = realloc(sw->rows, sw->cap * sizeof *sw->rows)))
-            fprintf(stderr, "attn-bench: out of host memory\n"), exit(1);
-    }
     row_t *r = &sw->rows[sw->nrows++];
     memset(r, 0, sizeof *r);
     r->s = s, r->p = *p;
@@ -497,7 +497,6 @@ static int inputs_needed(sweep_t *sw, const attn_problem *p) {
 static void run_sweep(sweep_t *sw) {
     const cfg_t *c = sw->c;
     int nc = c->causal_mode < 0 ? 2 : 1;
-    sw->total = c->ndims * c->nseqs * nc * c->nstage_sel;
     for (int di = 0; di < c->ndims; di++)
         for (int ni = 0; ni < c->nseqs; ni++) {
             attn_problem p = attn_problem_make(c->B, c->H, c->seqs[ni], c->dims[di], 0);
@@ -605,16 +604,16 @@ static int csv_temp(const char *path, char *tmp, size_t cap) {
 /* Before the sweep: PATH is checked, the default folder made (as peers.py makes its CSV's) and a
  * temporary file created beside it and removed, so that a CSV that cannot be written is refused at
  * once, not after the sweep. PATH is checked first so that a refused one makes no folder. Signals are
- * held while the trial file exists: a Ctrl-C there would have left it behind (they arrive once it is
- * gone). 0, or the exit status: 2 for a PATH that is not a file's, 1 otherwise. */
+ * held while the trial file exists: a Ctrl-C there would have left it behind (they take effect once it
+ * is gone). 0, or the exit status: 2 for a PATH that is not a file's or where none can be created (bad
+ * input, as build/attn's --save DIR), 1 when the trial file cannot be removed. */
 static int csv_try(const cfg_t *c) {
     if (csv_target_ok(c->csv) != 0) return 2;
     if (!strcmp(c->csv, DEFAULT_CSV)) mkdir("build", 0777), mkdir(DEFAULT_DIR, 0777); /* EEXIST is fine */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old);
+    attn_held_signals held;
+    attn_signals_hold(&held);
     char tmp[4096];
-    int fd = csv_temp(c->csv, tmp, sizeof tmp), rc = fd < 0;
+    int fd = csv_temp(c->csv, tmp, sizeof tmp), rc = fd < 0 ? 2 : 0;
     if (fd >= 0) {
         close(fd);
         if (remove(tmp) != 0) {
@@ -622,14 +621,14 @@ static int csv_try(const cfg_t *c) {
             rc = 1;
         }
     }
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    attn_signals_release(&held);
     return rc;
 }
 
 /* Written to a new temporary file (csv_temp), given the mode a new file gets (0666 less the umask:
  * mkstemp makes it 0600), renamed over PATH only when complete, and only if PATH is still one that
  * may be replaced. */
-static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
+static int write_csv_file(const sweep_t *sw, const char *gpu, const char *date) {
     const char *path = sw->c->csv;
     char tmp[4096];
     int fd = csv_temp(path, tmp, sizeof tmp);
@@ -658,11 +657,35 @@ static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
     return 0;
 }
 
+/* The CSV with signals held from its temporary file's creation to the rename (hold_signals.h). */
+static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
+    attn_held_signals held;
+    attn_signals_hold(&held);
+    const int rc = write_csv_file(sw, gpu, date);
+    attn_signals_release(&held);
+    return rc;
+}
+
+/* Every point of the sweep as a problem, before anything runs: flags valid one by one can still make
+ * a shape past the limits (B x H x N x D over 2^62 elements), bad input to refuse now rather than rows
+ * of errors after the rest of the sweep. 0, or -1 with the message printed. */
+static int points_valid(const cfg_t *c) {
+    for (int di = 0; di < c->ndims; di++)
+        for (int ni = 0; ni < c->nseqs; ni++) {
+            const attn_problem p = attn_problem_make(c->B, c->H, c->seqs[ni], c->dims[di], 0);
+            if (attn_problem_validate(&p) == ATTN_OK) continue;
+            fprintf(stderr, "attn-bench: --batch %lld, --heads %lld, N = %lld of --seqs and D = %lld of --dims: %s\n",
+                    (long long)c->B, (long long)c->H, (long long)c->seqs[ni], (long long)c->dims[di],
+                    attn_last_error());
+            return -1;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     cfg_t c;
     if (parse_args(argc, argv, &c) != 0) return 2;
-    int rc = csv_try(&c);
-    if (rc) return rc;
+    if (c.help) return print_usage_to_stdout();
     const double t_start = now_s();
     sweep_t sw;
     memset(&sw, 0, sizeof sw);
@@ -673,6 +696,9 @@ int main(int argc, char **argv) {
     else if (attn_gpu_available() != ATTN_OK) snprintf(sw.gpu_why, sizeof sw.gpu_why, "%s", attn_last_error());
     sw.gpu_ok = !sw.gpu_why[0];
     apply_defaults(&c, sw.gpu_ok);
+    if (points_valid(&c) != 0) return 2;
+    int rc = csv_try(&c);
+    if (rc) return rc;
     char gpu[128], date[32];
     snprintf(gpu, sizeof gpu, "%s", sw.gpu_ok ? attn_gpu_name() : "none");
     for (char *p = gpu; *p; p++) *p = *p == ',' ? ';' : *p;
@@ -689,6 +715,12 @@ int main(int argc, char **argv) {
     if (!sw.gpu_ok)
         fprintf(stderr, "attn-bench: GPU stages skipped: %s. Running the CPU stages only, at CPU-sized "
                 "shapes.\n", sw.gpu_why);
+    if (c.dry_run) return fprintf(stderr, "attn-bench: --dry-run: the flags, shapes and CSV path are good\n"), 0;
+    sw.total = c.ndims * c.nseqs * (c.causal_mode < 0 ? 2 : 1) * c.nstage_sel;
+    if (!(sw.rows = calloc((size_t)sw.total, sizeof *sw.rows))) {
+        fprintf(stderr, "attn-bench: cannot allocate the sweep's %d rows of results\n", sw.total);
+        return 1;
+    }
     run_sweep(&sw);
     if (sw.cpu_gflops > 0)
         fprintf(stderr, "attn-bench: CPU stage: %.2f GFLOP/s measured; points above %.1f s per run (~%.0f "

@@ -194,11 +194,13 @@ Test(bench, two_runs_on_one_path_leave_one_whole_csv) {
     rmdir(dir);
 }
 
-Test(bench, unwritable_csv_exits_1_and_leaves_nothing) {
+/* A --csv where no file can be created is bad input, refused before the sweep with exit 2, as build/attn
+ * refuses such a --save DIR (it was 1, the status of a failure after the run). */
+Test(bench, unwritable_csv_exits_2_and_leaves_nothing) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(args, sizeof args, SWEEP " --csv %s/missing/b.csv", dir);
-    cr_assert_eq(bench(args), 1, "%s", out);
+    cr_assert_eq(bench(args), 2, "%s", out);
     cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
     cr_assert_eq(count_entries(dir), 0);
     rmdir(dir);
@@ -332,7 +334,7 @@ Test(bench, csv_path_is_tried_before_the_sweep) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], cmd[4096], bin[2048];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(args, sizeof args, TINY " --csv %s/missing/b.csv", dir);
-    cr_assert_eq(bench(args), 1, "%s", out);
+    cr_assert_eq(bench(args), 2, "%s", out);
     cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
     cr_assert_null(strstr(out, "inputs B="), "the sweep ran before the CSV was tried: %s", out);
     bench_bin_abs(bin, sizeof bin);
@@ -507,4 +509,56 @@ Test(bench, peers_refuses_bad_values_and_csv_paths) {
     cr_assert(strstr(out, "is a FIFO, not a file"), "%s", out);
     snprintf(cmd, sizeof cmd, "test -p %s/f && rm %s/f && rmdir %s", dir, dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "the FIFO was replaced, or files were left: %s", out);
+}
+
+/* Flags valid one by one can make a point past the limits (2^20 x 2^20 x 2^24 x 256 elements): refused
+ * before the sweep, exit 2, nothing written. It used to run the sweep and write error rows (exit 1), or
+ * with the CPU stage's default limit a cpu-skip row and exit 0. */
+Test(bench, points_past_the_limits_are_refused_before_the_sweep) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    const char *huge = "--cpu-only --batch 1048576 --heads 1048576 --seqs 16,16777216 --dims 256 --stages 01";
+    snprintf(args, sizeof args, "%s --causal 0 --csv %s/b.csv", huge, dir);
+    EXPECT_BAD(args, "N = 16777216 of --seqs and D = 256 of --dims: ");
+    cr_assert(strstr(out, "2^62"), "the limit is not named: %s", out);
+    snprintf(args, sizeof args, "%s --causal 0 --cpu-limit 1e300 --csv %s/b.csv", huge, dir);
+    cr_assert_eq(bench(args), 2, "%s", out);
+    cr_assert_null(strstr(out, "inputs B="), "the sweep ran: %s", out);
+    cr_assert_eq(count_entries(dir), 0, "a refused run left files in %s", dir);
+    rmdir(dir);
+}
+
+/* --dry-run checks what the sweep would refuse and runs nothing: make bench asks it before the peers. */
+Test(bench, dry_run_checks_everything_and_writes_nothing) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(args, sizeof args, SWEEP " --dry-run --csv %s/b.csv", dir);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    cr_assert(strstr(out, "--dry-run: the flags, shapes and CSV path are good"), "%s", out);
+    cr_assert_null(strstr(out, "inputs B="), "the sweep ran: %s", out);
+    cr_assert_eq(count_entries(dir), 0, "a dry run left files in %s", dir);
+    snprintf(args, sizeof args, SWEEP " --dry-run --csv %s/missing/b.csv", dir);
+    cr_assert_eq(bench(args), 2, "%s", out);
+    snprintf(args, sizeof args, SWEEP " --dry-run --batch 1048576 --heads 1048576 --seqs 16777216 --dims 256 --csv %s/b.csv", dir);
+    cr_assert_eq(bench(args), 2, "%s", out);
+    EXPECT_BAD("--dry-run=1", "unknown option '--dry-run=1'");
+    cr_assert_eq(count_entries(dir), 0, "a dry run left files in %s", dir);
+    rmdir(dir);
+}
+
+/* report.sh merge that reads no row (every CSV without the columns it needs) fails and leaves OUT as
+ * it was: it used to replace OUT by a bare header and exit 0. */
+Test(bench, report_merge_of_no_rows_fails_and_keeps_out) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cd %s && printf 'a,b\\n1,2\\n' > bad.csv && printf 'old\\n' > m.csv", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s/bad.csv", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "no rows to merge"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/m.csv", dir);
+    char *text = slurp(cmd);
+    cr_assert(text && !strcmp(text, "old\n"), "OUT was replaced: %s", text ? text : "(gone)");
+    snprintf(cmd, sizeof cmd, "cd %s && rm m.csv bad.csv && cd / && rmdir %s", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "files left in %s: %s", dir, out);
 }
