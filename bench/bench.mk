@@ -18,7 +18,9 @@
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
 #
-# Exit status of make bench: that of attn-bench (non-zero when a stage FAILed its check).
+# Exit status of make bench: that of attn-bench (non-zero when a stage FAILed its check; 2 for a bad
+# flag, shape or CSV path, found by its --dry-run before the peers run); 2 for a QUICK, COLD or PEERS
+# other than 0 or 1.
 
 BENCH_BIN   := $(BUILD)/attn-bench
 CSV         ?= $(BUILD)/bench/bench.csv
@@ -40,8 +42,15 @@ $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # The peers time the shared libraries too: python/python.mk adds them to this rule's prerequisites.
+# Before anything runs: the switches take 0 or 1 (QUICK=no used to mean yes), and attn-bench checks its
+# flags, shapes and CSV path (--dry-run), so that a bad one stops here, with attn-bench's status,
+# before the peers' minutes and before old results are shown as new ones.
 bench: $(BENCH_BIN)
+	@for v in "QUICK=$(QUICK)" "COLD=$(COLD)" "PEERS=$(PEERS)"; do case "$${v#*=}" in ''|0|1) ;; \
+	  *) echo "bench: $${v%%=*} must be 0 or 1 (got '$${v#*=}')" >&2; exit 2 ;; esac; done
 	@mkdir -p $(dir $(CSV))
+	@out=$$($(BENCH_BIN) $(BENCH_FLAGS) --dry-run --csv $(BENCH_PART)_stages.csv $(SWEEP) $(BENCH_ARGS) 2>&1) || \
+	  { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }
 	@rm -f $(BENCH_PART)_peers.csv $(BENCH_PART)_stages.csv; t0=$$(date +%s); rc=0; \
 	if [ "$(PEERS)" = 0 ]; then :; elif command -v $(PYTHON) >/dev/null 2>&1; then \
 	  $(PYTHON) bench/peers.py $(BENCH_FLAGS) --csv $(BENCH_PART)_peers.csv --commit $(BENCH_COMMIT) $(SWEEP) \
@@ -49,6 +58,8 @@ bench: $(BENCH_BIN)
 	else echo "peers: skipped: $(PYTHON) not found" >&2; fi; \
 	$(BENCH_BIN) $(BENCH_FLAGS) --csv $(BENCH_PART)_stages.csv --commit $(BENCH_COMMIT) $(SWEEP) $(BENCH_ARGS) \
 	  || rc=$$?; \
+	if [ ! -f $(BENCH_PART)_stages.csv ]; then [ $$rc -ne 0 ] || rc=1; \
+	  echo "bench: attn-bench wrote no CSV (exit $$rc): $(CSV) left as it was" >&2; exit $$rc; fi; \
 	sh bench/report.sh merge $(CSV) $$(ls $(BENCH_PART)_stages.csv $(BENCH_PART)_peers.csv 2>/dev/null) || rc=1; \
 	echo; sh bench/report.sh tables $(CSV) || rc=1; \
 	sh bench/report.sh plots $(CSV) $(PLOTS_DIR) || true; \

@@ -373,6 +373,8 @@ function plotdata(   k, s, i, j, n, f, v, c, sp, mem) {
 
 END {
     if (mode == "merge") {
+        # no row read (every file skipped or empty): OUT must keep what it holds, not become a header
+        if (!nr) { print "report: merge: no rows to merge (every CSV was skipped or empty)" > "/dev/stderr"; exit 1 }
         for (k = 1; k <= NCOL; k++) printf "%s%s", COL[k], k < NCOL ? "," : "\n"
         for (i = 1; i <= nr; i++) for (k = 1; k <= NCOL; k++) printf "%s%s", R[i, COL[k]], k < NCOL ? "," : "\n"
         exit 0
