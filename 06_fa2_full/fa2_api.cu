@@ -24,14 +24,18 @@ static fa2_status fa2_refuse(fa2_failure *f, fa2_status s, const char *what, con
     return s;
 }
 
-/* The same, with the value the caller passed: fa2_last_error() ends "(got value)". */
+/* The same, with the value the caller passed: fa2_last_error() ends "(got value)". A count, a flag or
+ * an enum exactly, as the stage libraries print it (through a double, N = INT64_MIN read -9.22e+18). */
 static fa2_status fa2_refuse_got(fa2_failure *f, fa2_status s, const char *what, const char *why,
-                                 double got) {
-    if (got == floor(got) && fabs(got) < 1e17) /* a count, a flag, an enum: as an integer */
-        snprintf(f->got, sizeof f->got, "%.0f", got);
-    else
-        snprintf(f->got, sizeof f->got, "%.9g", got);
+                                 long long got) {
+    snprintf(f->got, sizeof f->got, "%lld", got);
     return fa2_refuse(f, s, what, why);
+}
+
+/* The scale, a float: as many digits as tell it apart. */
+static fa2_status fa2_refuse_scale(fa2_failure *f, float got) {
+    snprintf(f->got, sizeof f->got, "%.9g", (double)got);
+    return fa2_refuse(f, FA2_EINVAL, "scale", "must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38");
 }
 
 /* Outputs overlapping inputs or each other (forward_args.h). */
@@ -44,7 +48,7 @@ static fa2_status fa2_check_overlap(const fa2_args *a, fa2_failure *f) {
 
 /* A refusal of the checks shared with the stage libraries (forward_args.h), as fa2_forward words it. */
 static fa2_status fa2_refuse_shared(fa2_failure *f, const attn_refusal *r) {
-    return r->has_got ? fa2_refuse_got(f, FA2_EINVAL, r->what, r->why, (double)r->got)
+    return r->has_got ? fa2_refuse_got(f, FA2_EINVAL, r->what, r->why, r->got)
                       : fa2_refuse(f, FA2_EINVAL, r->what, r->why);
 }
 
@@ -56,17 +60,15 @@ extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
     if (attn_refuse_pointers_and_sizes(ptr, size, a->causal, 0, &r)) /* lse may be NULL: no LSE written */
         return fa2_refuse_shared(f, &r);
     if (!(fabsf(a->scale) <= FA2_MAX_SCALE)) /* also NaN; the kernel multiplies by scale * log2(e) */
-        return fa2_refuse_got(f, FA2_EINVAL, "scale", "must be finite with |scale| <= FA2_MAX_SCALE = 2.3e38",
-                              a->scale);
+        return fa2_refuse_scale(f, a->scale);
     if (a->dtype != FA2_F16 && a->dtype != FA2_BF16)
         return fa2_refuse_got(f, FA2_EINVAL, "dtype", "must be FA2_F16 (0) or FA2_BF16 (1)",
-                              (double)(int)a->dtype); /* (int): a negative value passed is shown as one */
+                              (int)a->dtype); /* (int): a negative value passed is shown as one */
     if (attn_refuse_misaligned(ptr, &r)) return fa2_refuse_shared(f, &r);
     if (a->D != 32 && a->D != 64 && a->D != 96 && a->D != 128 && a->D != 256)
-        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256",
-                              (double)a->D);
+        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256", a->D);
     if (a->N > ((int64_t)1 << 30))
-        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30", (double)a->N);
+        return fa2_refuse_got(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30", a->N);
     /* B*H*N*D elements and their bytes must be addressable with 64 bits */
     if (a->B > INT64_MAX / a->H || a->B * a->H > INT64_MAX / a->N ||
         a->B * a->H * a->N > INT64_MAX / 2 / a->D) {
@@ -76,7 +78,7 @@ extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
     }
     if (a->B * a->H > (int64_t)65535 * 65535)
         return fa2_refuse_got(f, FA2_EUNSUPPORTED, "B*H", "must be at most 65535^2 (grid.y x grid.z)",
-                              (double)(a->B * a->H));
+                              a->B * a->H);
     return fa2_check_overlap(a, f);
 }
 

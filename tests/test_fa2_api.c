@@ -79,6 +79,11 @@ Test(fa2_api, refuses_bad_arguments_and_names_them) {
         FA2_EINVAL, "B*H*N*D: overflows 64 bits (got B=1099511627776 H=1099511627776 N=64 D=64)");
     EXPECT_REFUSAL(fa2_forward(q, k, v, o, lse, 65536, 65536, 1, 64, 0, 0.125f, FA2_F16, 0), FA2_EUNSUPPORTED,
                    "B*H: must be at most 65535^2 (grid.y x grid.z) (got 4294967296)");
+    /* values past 2^53 exactly, as passed (through a double they read -9.22337204e+18) */
+    EXPECT_REFUSAL(call(q, k, v, o, lse, INT64_MIN, 64, 0.125f, FA2_F16), FA2_EINVAL,
+                   "N: must be at least 1 (got -9223372036854775808)");
+    EXPECT_REFUSAL(call(q, k, v, o, lse, 64, ((int64_t)1 << 60) + 1, 0.125f, FA2_F16), FA2_EUNSUPPORTED,
+                   "(got 1152921504606846977)");
 }
 
 /* fa2.h promises every |scale| <= FA2_MAX_SCALE and refuses the rest, saying so. */
