@@ -19,6 +19,7 @@ FLASHATTN_LIB_DIR overrides the folder of the .so files (default: build/ beside 
 import ctypes
 import math
 import numbers
+import operator
 import os
 import sys
 
@@ -49,10 +50,15 @@ def stages():
     return sorted(STAGES)
 
 
+def _check_stage(stage):
+    # a str test first: `[] in STAGES` raises "unhashable type", naming nothing
+    if not isinstance(stage, str) or stage not in STAGES:
+        raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
+
+
 def library_path(stage="06"):
     """Where the shared library of `stage` is expected."""
-    if stage not in STAGES:
-        raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
+    _check_stage(stage)
     here = os.path.dirname(os.path.abspath(__file__))
     folder = os.environ.get("FLASHATTN_LIB_DIR") or os.path.join(os.path.dirname(here), "build")
     return os.path.join(folder, STAGES[stage][0])
@@ -169,12 +175,33 @@ def _scale(scale, D):
     return scale
 
 
+INT64_MAX = 2 ** 63 - 1
+
+
+def _stream(stream):
+    """The cudaStream_t as an int: None (the default: resolved in forward), an int in 0 .. 2^64 - 1, or an
+    object with an int .cuda_stream (a torch.cuda.Stream)."""
+    if stream is None:
+        return None
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not hasattr(type(handle), "__index__"):   # int, numpy's integers
+        raise TypeError("stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got %s)"
+                        % type(stream).__name__)
+    handle = operator.index(handle)
+    if not 0 <= handle < 2 ** 64:
+        raise ValueError("stream must be a cudaStream_t, 0 .. 2^64 - 1 (got %d)" % handle)
+    return handle
+
+
 def _check(q, k, v, out, scale, stage, causal):
     a = [_Arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     a[0].expect([None] * 4, ("fp16", "bf16"), "[B, H, N, D]")
     B, H, N, D = a[0].shape
     if min(a[0].shape) < 1:
         raise ValueError("q must have B, H, N and D of at least 1 (got %s)" % list(a[0].shape))
+    if max(a[0].shape) > INT64_MAX:   # ctypes would wrap it: 2^64 + 1 reached the C side as 1
+        raise ValueError("q's B, H, N and D must be at most 2^63 - 1, the C side's int64_t (got %s)"
+                         % list(a[0].shape))
     _head_dim(D, stage)
     for x in a[1:]:
         x.expect(a[0].shape, (a[0].dtype,), "%s, the same as q's [B, H, N, D]" % list(a[0].shape))
@@ -208,11 +235,12 @@ def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None
     device; D one of the stage's head dims, STAGES[stage][2]). causal: True or 1, query i sees keys
     0..i; False or 0, every key (no other value). scale: any real number, default 1/sqrt(D); finite
     with |scale| <= MAX_SCALE, 0 is uniform attention. out=(o, lse): write there (lse may be None for
-    stage 06 only) instead of new tensors. stream: a cudaStream_t as an int; default: torch's current
-    stream on q's device when q is a torch tensor, else 0, the legacy default stream. Returns (o, lse)."""
-    if stage not in STAGES:
-        raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
+    stage 06 only) instead of new tensors. stream: a cudaStream_t as an int, or a torch.cuda.Stream;
+    default: torch's current stream on q's device when q is a torch tensor, else 0, the legacy default
+    stream. Returns (o, lse)."""
+    _check_stage(stage)
     (aq, ak, av), scale, causal = _check(q, k, v, out, scale, stage, causal)
+    stream = _stream(stream)   # before the library is loaded and anything allocated
     B, H, N, D = aq.shape
     fwd, status, last, prefix = _load(stage)
     torch = None

@@ -52,6 +52,12 @@ def out_for(shape, dtype="<f2"):
     ("o dtype", TypeError, "out[0] (o) must be fp16"),
     ("not an array", TypeError, "q must be a torch CUDA tensor or have __cuda_array_interface__"),
     ("stage", ValueError, "stage must be one of"),
+    ("stage not a str", ValueError, "stage must be one of"),
+    ("sizes past int64", ValueError, "q's B, H, N and D must be at most 2^63 - 1"),
+    ("string stream", TypeError, "stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got str)"),
+    ("float stream", TypeError, "stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got float)"),
+    ("negative stream", ValueError, "stream must be a cudaStream_t, 0 .. 2^64 - 1 (got -1)"),
+    ("stream past 64 bits", ValueError, "stream must be a cudaStream_t, 0 .. 2^64 - 1 (got 18446744073709551616)"),
 ])
 def test_refusals_name_the_argument(case, exc, words):
     q, k, v = fakes()
@@ -93,6 +99,20 @@ def test_refusals_name_the_argument(case, exc, words):
         q = [[1.0]]
     elif case == "stage":
         kw["stage"] = "99"
+    elif case == "stage not a str":
+        kw["stage"] = []
+    elif case == "sizes past int64":   # ctypes wrapped 2^64 + 1 to 1: a batch of one reached the C side
+        big = (2 ** 64 + 1, 3, 17, 64)
+        q, k, v = fakes(big)
+        kw["out"] = out_for(big)
+    elif case == "string stream":   # ctypes passed the string's address as the cudaStream_t
+        kw["stream"] = "abc"
+    elif case == "float stream":
+        kw["stream"] = 1.5
+    elif case == "negative stream":
+        kw["stream"] = -1
+    elif case == "stream past 64 bits":
+        kw["stream"] = 2 ** 64
     with pytest.raises(exc) as e:
         fa.forward(q, k, v, **kw)
     assert words in str(e.value)
@@ -419,3 +439,20 @@ def test_refusals_on_torch_tensors():
         fa.forward(q80, q80, q80)
     with pytest.raises(ValueError, match=r"call \.clone\(\)"):
         fa.forward(q, flat[1:].view(q.shape), q)
+
+
+def test_stream_takes_an_int_or_a_stream_object_and_is_checked_before_loading(monkeypatch):
+    lib = LibraryCalls(monkeypatch)
+
+    class FakeStream:   # what forward reads of a torch.cuda.Stream
+        cuda_stream = 0x5eed
+
+    call(stream=FakeStream())
+    assert lib.calls[-1][12] == 0x5eed
+    call(stream=2 ** 64 - 1)
+    assert lib.calls[-1][12] == 2 ** 64 - 1
+    n = len(lib.loads)
+    for bad in ("abc", -1, 2 ** 64, True, FakeNumpy.bool_(1)):
+        with pytest.raises((TypeError, ValueError), match="stream must be"):
+            call(stream=bad)
+    assert len(lib.loads) == n, "the library was loaded for a bad stream"
