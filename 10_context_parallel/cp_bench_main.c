@@ -41,10 +41,11 @@ static int usage(const char *why) {
             "usage: build/cp_bench [--gpus G] [--one-gpu] [--batch B] [--heads H] [--seq N] [--dim D]\n"
             "                      [--causal] [--dtype fp16|bf16] [--seed S] [--repeat R] [--warmup W]\n"
             "                      [--check-rows K] [--no-single]\n"
-            "Times stage 10's ring on G GPUs (default: all present) with the shards resident, against\n"
-            "its local stage on one GPU; defaults B=1 H=32 N=65536 D=128 fp16, R=5, W=1, K=256.\n"
-            "--one-gpu puts every rank on GPU 0 (cudaMemcpyAsync for NCCL): a look at the schedule,\n"
-            "not a scaling measurement. --check-rows 0 skips the reference check.\n");
+            "Times stage 10's ring on G GPUs (default: all present; 2 with --one-gpu) with the shards\n"
+            "resident, against its local stage on one GPU; defaults B=1 H=32 N=65536 D=128 fp16, R=5,\n"
+            "W=1, K=256. --one-gpu puts every rank on GPU 0 (cudaMemcpyAsync for NCCL): a look at the\n"
+            "schedule, not a scaling measurement. --check-rows 0 skips the reference check.\n"
+            "--no-single leaves out the one-GPU run (with G = 1 the ring's run is that run, so it stays).\n");
     return why ? 2 : 0;
 }
 
@@ -252,8 +253,10 @@ static int prepare(int argc, char **argv, opts *o, attn_problem *p, const attn_s
     const int present = attn_gpu_count();
     if (!o->G) o->G = o->one_gpu ? 2 : present;
     if (!o->one_gpu && o->G > present) {
-        fprintf(stderr, "cp_bench: --gpus %d, but this machine has %d GPU%s\n", o->G, present,
-                present == 1 ? "" : "s");
+        fprintf(stderr,
+                "cp_bench: --gpus %d, but this machine has %d GPU%s (--gpus 1..%d here; --one-gpu puts G "
+                "ranks on one)\n",
+                o->G, present, present == 1 ? "" : "s", present);
         return 2;
     }
     if (!(*local = stage10_local_stage(p))) return usage(attn_last_error());

@@ -9,13 +9,22 @@
 # Environment: OUT=dir keeps the full log (proof.log) and the table (proof_table.txt) there;
 # ARCH (default sm_90) and JOBS (default: the cores) for the build; PROOF_PARTS picks sections
 # (default "build correct tests scaling memory"). About 5 minutes on 2 H200s after a 2-minute build.
-# Exit status: 0 when every check passed and every scaling target was met, 1 otherwise.
+# Exit status: 0 when every check passed and every scaling target was met, 1 otherwise, 2 for a
+# PROOF_PARTS naming no part or an unknown one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # The ring needs send/recv only; NVLink multicast stays off on a shared host (cp_ring.c sets it too).
 export NCCL_NVLS_ENABLE=0
 PARTS=${PROOF_PARTS:-build correct tests scaling memory}
+# a misspelt part would run nothing and report "every check passed": refused, as is an empty list
+for part in $PARTS; do
+    case $part in build | correct | tests | scaling | memory) ;;
+    *) echo "gpu_proof: PROOF_PARTS: unknown part '$part' (the parts: build correct tests scaling memory)" >&2
+       exit 2 ;;
+    esac
+done
+[ -n "${PARTS// /}" ] || { echo "gpu_proof: PROOF_PARTS names no part (the parts: build correct tests scaling memory)" >&2; exit 2; }
 OUTDIR=${OUT:-}
 LOG=$(mktemp /tmp/cp_proof.XXXXXX.log)
 TABLE=$(mktemp /tmp/cp_proof.XXXXXX.txt)

@@ -481,6 +481,11 @@ Test(bench, peers_refuses_bad_values_and_csv_paths) {
         {"--batch +5", "--batch: must be an integer from 1 to 1048576"},
         {"--seqs 64,,128", "--seqs: must be a comma-separated list"},
         {"--dims 64,64", "--dims: must be a comma-separated list of 1 to 32 distinct integers from 1 to 256"},
+        /* these said only "bad --batch, --heads or repeat bounds", and 10^12 was taken */
+        {"--min-repeat 0", "--min-repeat: must be an integer from 1 to 1000 (got '0')"},
+        {"--max-repeat 1000000000000", "--max-repeat: must be an integer from 1 to 1000"},
+        {"--min-repeat +3", "--min-repeat: must be an integer from 1 to 1000"},
+        {"--min-repeat 5 --max-repeat 4", "--max-repeat must be at least --min-repeat (got 4 and 5)"},
         {"--peers bogus,sdpa_flash",
          "--peers must be a comma-separated list of distinct names from torch_naive,"},
         {"--csv /tmp", "--csv: '/tmp' is a directory, not a file"},

@@ -513,3 +513,16 @@ Test(context_parallel, cli_gpus_flag) {
                  out);
     cr_assert(strstr(out, "PASS") && strstr(out, "(1 x "), "%s", out);
 }
+
+/* gpu_proof.sh with a misspelt PROOF_PARTS ran no section and so reported every check passed (exit
+ * 0 on a 2-GPU machine): an unknown part, or none, is refused first, exit 2, on any machine. */
+Test(context_parallel, gpu_proof_refuses_unknown_parts) {
+    cr_assert_eq(run_cmd("PROOF_PARTS=corect bash 10_context_parallel/gpu_proof.sh", out, sizeof out), 2,
+                 "%s", out);
+    cr_assert(
+        strstr(out, "PROOF_PARTS: unknown part 'corect' (the parts: build correct tests scaling memory)"),
+        "%s", out);
+    cr_assert_eq(run_cmd("PROOF_PARTS=' ' bash 10_context_parallel/gpu_proof.sh", out, sizeof out), 2, "%s",
+                 out);
+    cr_assert(strstr(out, "PROOF_PARTS names no part"), "%s", out);
+}
