@@ -98,6 +98,11 @@ void *attn_alloc(size_t bytes) {
     return malloc(bytes ? bytes : 1);
 }
 
+const char *attn_dir_sep(const char *dir) {
+    const size_t n = strlen(dir);
+    return n > 0 && dir[n - 1] == '/' ? "" : "/";
+}
+
 char *attn_size_text(double bytes, char *buf, size_t cap) {
     if (bytes < 1024.0)
         snprintf(buf, cap, "%.0f bytes", bytes);

@@ -80,6 +80,10 @@ void *attn_alloc(size_t bytes);
  * buf and returns buf. */
 char *attn_size_text(double bytes, char *buf, size_t cap);
 
+/* The separator between a directory as the user typed it and a file name in it: "" after a trailing
+ * '/' ("inputs/" + "q.npy"), "/" otherwise; so that messages name "inputs/q.npy", not "inputs//q.npy". */
+const char *attn_dir_sep(const char *dir);
+
 /* An integer flag's value: the whole string, digits only after an optional '-' (strtoll alone takes
  * " 12" and "+5", and "12 " only with its end pointer checked), within [lo, hi]. 0, or -1 when it is
  * not; the caller names the flag in its message. */

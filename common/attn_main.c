@@ -463,15 +463,15 @@ static int save_begin(const cli *c, int *dirfd) {
         if (fstatat(*dirfd, save_names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
             !S_ISLNK(sb.st_mode))
             return bad(
-                "--save: '%s/%s' is %s, not a file: it would be replaced (remove it or save elsewhere)",
-                c->save_dir, save_names[i], file_kind(sb.st_mode));
+                "--save: '%s%s%s' is %s, not a file: it would be replaced (remove it or save elsewhere)",
+                c->save_dir, attn_dir_sep(c->save_dir), save_names[i], file_kind(sb.st_mode));
     }
     const int stale = stale_inputs(c, *dirfd);
     if (stale >= 0)
-        return bad("--save: '%s/%s' holds inputs that this run does not write: its results would sit beside "
+        return bad("--save: '%s%s%s' holds inputs that this run does not write: its results would sit beside "
                    "inputs they may not belong to (add --save-inputs to write this run's q.npy, k.npy and "
                    "v.npy, or remove them)",
-                   c->save_dir, save_names[stale]);
+                   c->save_dir, attn_dir_sep(c->save_dir), save_names[stale]);
     npy_out probe;
     attn_held_signals held;
     attn_signals_hold(&held); /* a Ctrl-C between the two calls would leave the probe behind */

@@ -138,7 +138,7 @@ attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_proble
     memset(in, 0, sizeof *in);
     int nread = 0;
     for (int t = 0; t < 3 && st == ATTN_OK; t++) {
-        if ((size_t)snprintf(path[t], sizeof path[t], "%s/%s.npy", dir, names[t]) >= sizeof path[t]) {
+        if ((size_t)snprintf(path[t], sizeof path[t], "%s%s%s.npy", dir, attn_dir_sep(dir), names[t]) >= sizeof path[t]) {
             st = attn_fail(ATTN_EINVAL, "directory name is too long (%zu bytes; limit %zu)", strlen(dir),
                            sizeof path[t] - sizeof "/q.npy"); /* the caller names --load */
             break;
