@@ -8,7 +8,10 @@
  * Blocking the signal in the writing thread is not enough: the front ends run OpenMP, and a signal
  * sent to the process goes to any thread that does not block it (a worker ended the process mid-write
  * before this was a handler). So the signals below get a handler, for every thread, that only notes
- * the signal; the caller's thread also blocks them, so that its writes are never interrupted.
+ * the signal; the caller's thread also blocks them, so that its writes are never interrupted. A handler
+ * still running on a worker when the hold ends acts on the signal itself (hold_signals.c), so none is
+ * lost. SIGXFSZ (past a file size limit, sent to the writing thread) is ignored during the hold
+ * instead: the write then fails with EFBIG, which the writers report, and the temporary files go.
  * The cost: a Ctrl-C during the write waits for it (about a second per GB on a local disk). SIGKILL
  * and SIGSTOP cannot be held. One hold at a time (no nesting).
  */
@@ -17,15 +20,8 @@
 
 #include <signal.h>
 
-/* the terminal's, the system's and the shell's ways of ending a process, and SIGXFSZ (a file size
- * limit: held, the write fails with EFBIG instead, which the writers report) */
-#define ATTN_HELD_SIGNALS                                                                                    \
-    { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGALRM, SIGUSR1, SIGUSR2, SIGXFSZ }
-#define ATTN_NUM_HELD_SIGNALS 8
-
 typedef struct {
-    sigset_t mask;                                  /* the caller's thread's mask before */
-    struct sigaction action[ATTN_NUM_HELD_SIGNALS]; /* the actions before */
+    sigset_t mask; /* the caller's thread's mask before */
 } attn_held_signals;
 
 void attn_signals_hold(attn_held_signals *h);

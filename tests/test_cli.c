@@ -972,3 +972,20 @@ Test(cli, save_interrupted_while_writing_leaves_whole_files) {
         npy_free(&a);
     }
 }
+
+/* Past a file size limit (ulimit -f) the kernel sends SIGXFSZ to the writing thread: ignored during
+ * the hold, the write fails with EFBIG and --save says so, exit 1, leaving no temporary file. The
+ * first hold blocked it instead, and it ended the process at the release (exit 153, no message). */
+Test(cli, save_past_a_file_size_limit_says_so) {
+    char dir[64], cmd[1024];
+    make_dir(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd,
+             "ulimit -f 1000 && %s --stage 01 --batch 1 --heads 16384 --seq 1 --dim 256 --save %s",
+             attn_bin(), dir);
+    const int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 1, "exit status %d (153: killed by SIGXFSZ): %s", rc, out);
+    cr_assert(strstr(out, "File too large (nothing was saved)"), "%s", out);
+    snprintf(cmd, sizeof cmd, "ls -A %s", dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(out[0], '\0', "files left in the --save directory: %s", out);
+}
