@@ -18,13 +18,15 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 PARTS=${PROOF_PARTS:-build correct tests scaling memory}
 # a misspelt part would run nothing and report "every check passed": refused, as is an empty list
+nparts=0
 for part in $PARTS; do
+    nparts=$((nparts + 1))
     case $part in build | correct | tests | scaling | memory) ;;
     *) echo "gpu_proof: PROOF_PARTS: unknown part '$part' (the parts: build correct tests scaling memory)" >&2
        exit 2 ;;
     esac
 done
-[ -n "${PARTS// /}" ] || { echo "gpu_proof: PROOF_PARTS names no part (the parts: build correct tests scaling memory)" >&2; exit 2; }
+[ "$nparts" -gt 0 ] || { echo "gpu_proof: PROOF_PARTS names no part (the parts: build correct tests scaling memory)" >&2; exit 2; }
 OUTDIR=${OUT:-}
 LOG=$(mktemp /tmp/cp_proof.XXXXXX.log)
 TABLE=$(mktemp /tmp/cp_proof.XXXXXX.txt)

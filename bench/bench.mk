@@ -18,9 +18,10 @@
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
 #
-# Exit status of make bench: that of attn-bench (non-zero when a stage FAILed its check; 2 for a bad
-# flag, shape or CSV path, found by its --dry-run before the peers run); 2 for a QUICK, COLD or PEERS
-# other than 0 or 1.
+# make bench fails (make's own exit status is then 2, whatever the recipe's) when a stage FAILed its
+# check, when attn-bench refuses a flag, a shape or the CSV path (its --dry-run, the same command line
+# as the real run, finds these before the peers run; attn-bench's message says which), or when QUICK,
+# COLD or PEERS is other than 0 or 1. BENCH_ARGS=--help prints attn-bench's help and runs nothing.
 
 BENCH_BIN   := $(BUILD)/attn-bench
 CSV         ?= $(BUILD)/bench/bench.csv
@@ -49,8 +50,9 @@ bench: $(BENCH_BIN)
 	@for v in "QUICK=$(QUICK)" "COLD=$(COLD)" "PEERS=$(PEERS)"; do case "$${v#*=}" in ''|0|1) ;; \
 	  *) echo "bench: $${v%%=*} must be 0 or 1 (got '$${v#*=}')" >&2; exit 2 ;; esac; done
 	@mkdir -p $(dir $(CSV))
-	@out=$$($(BENCH_BIN) $(BENCH_FLAGS) --dry-run --csv $(BENCH_PART)_stages.csv $(SWEEP) $(BENCH_ARGS) 2>&1) || \
-	  { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }
+	@out=$$($(BENCH_BIN) $(BENCH_FLAGS) --dry-run --csv $(BENCH_PART)_stages.csv --commit $(BENCH_COMMIT) \
+	  $(SWEEP) $(BENCH_ARGS) 2>&1) || { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }; \
+	case "$$out" in *"--dry-run: the flags"*) ;; *) printf '%s\n' "$$out"; exit 0 ;; esac # BENCH_ARGS=--help
 	@rm -f $(BENCH_PART)_peers.csv $(BENCH_PART)_stages.csv; t0=$$(date +%s); rc=0; \
 	if [ "$(PEERS)" = 0 ]; then :; elif command -v $(PYTHON) >/dev/null 2>&1; then \
 	  $(PYTHON) bench/peers.py $(BENCH_FLAGS) --csv $(BENCH_PART)_peers.csv --commit $(BENCH_COMMIT) $(SWEEP) \
