@@ -845,6 +845,13 @@ Test(cli, save_refuses_outputs_that_are_not_files_before_the_run) {
     cr_assert_eq(count_tmp_files(dir), 0, "temporaries were left behind");
 }
 
+static void expect_empty_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -A %s", dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(out[0], '\0', "files left in the --save directory %s: %s", dir, out);
+}
+
 /* The results' temporary files are created when they are written, after the run: a run stopped
  * before that (SIGTERM here, as Ctrl-C) leaves nothing in DIR. They used to be created before it. */
 Test(cli, save_interrupted_leaves_no_temporaries) {
@@ -856,9 +863,7 @@ Test(cli, save_interrupted_leaves_no_temporaries) {
              attn_bin(), dir);
     int rc = run_cmd(cmd, out, sizeof out);
     cr_assert_eq(rc, 124, "the run was not stopped by the signal (exit %d): %s", rc, out);
-    snprintf(cmd, sizeof cmd, "ls -A %s", dir);
-    run_cmd(cmd, out, sizeof out);
-    cr_assert_eq(out[0], '\0', "files left in the --save directory: %s", out);
+    expect_empty_dir(dir);
 }
 
 /* A stage that writes no LSE removes the lse.npy an earlier run left beside o.npy (GPU stages 03-05;
@@ -985,7 +990,5 @@ Test(cli, save_past_a_file_size_limit_says_so) {
     const int rc = run_cmd(cmd, out, sizeof out);
     cr_assert_eq(rc, 1, "exit status %d (153: killed by SIGXFSZ): %s", rc, out);
     cr_assert(strstr(out, "File too large (nothing was saved)"), "%s", out);
-    snprintf(cmd, sizeof cmd, "ls -A %s", dir);
-    run_cmd(cmd, out, sizeof out);
-    cr_assert_eq(out[0], '\0', "files left in the --save directory: %s", out);
+    expect_empty_dir(dir);
 }
