@@ -105,12 +105,18 @@ Test(bench, bad_flags_exit_2_naming_what_they_take) {
     EXPECT_BAD("--frobnicate", "unknown option '--frobnicate'");
 }
 
+/* args refused as bad input: exit 2, no sweep run, nothing left in dir (where its --csv points) */
+static void expect_refused_before_the_sweep(const char *dir, const char *args) {
+    cr_assert_eq(bench(args), 2, "%s: %s", args, out);
+    cr_assert_null(strstr(out, "inputs B="), "the sweep ran: %s", out);
+    cr_assert_eq(count_entries(dir), 0, "a refused run left files in %s", dir);
+}
+
 Test(bench, bad_flag_writes_nothing) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(args, sizeof args, SWEEP " --csv %s/b.csv --warmup-ms -3", dir);
-    cr_assert_eq(bench(args), 2, "%s", out);
-    cr_assert_eq(count_entries(dir), 0, "a refused run left files in %s", dir);
+    expect_refused_before_the_sweep(dir, args);
     rmdir(dir);
 }
 
@@ -200,9 +206,8 @@ Test(bench, unwritable_csv_exits_2_and_leaves_nothing) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(args, sizeof args, SWEEP " --csv %s/missing/b.csv", dir);
-    cr_assert_eq(bench(args), 2, "%s", out);
+    expect_refused_before_the_sweep(dir, args);
     cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
-    cr_assert_eq(count_entries(dir), 0);
     rmdir(dir);
 }
 
@@ -527,9 +532,7 @@ Test(bench, points_past_the_limits_are_refused_before_the_sweep) {
     EXPECT_BAD(args, "N = 16777216 of --seqs and D = 256 of --dims: ");
     cr_assert(strstr(out, "2^62"), "the limit is not named: %s", out);
     snprintf(args, sizeof args, "%s --causal 0 --cpu-limit 1e300 --csv %s/b.csv", huge, dir);
-    cr_assert_eq(bench(args), 2, "%s", out);
-    cr_assert_null(strstr(out, "inputs B="), "the sweep ran: %s", out);
-    cr_assert_eq(count_entries(dir), 0, "a refused run left files in %s", dir);
+    expect_refused_before_the_sweep(dir, args);
     rmdir(dir);
 }
 
@@ -543,9 +546,9 @@ Test(bench, dry_run_checks_everything_and_writes_nothing) {
     cr_assert_null(strstr(out, "inputs B="), "the sweep ran: %s", out);
     cr_assert_eq(count_entries(dir), 0, "a dry run left files in %s", dir);
     snprintf(args, sizeof args, SWEEP " --dry-run --csv %s/missing/b.csv", dir);
-    cr_assert_eq(bench(args), 2, "%s", out);
+    expect_refused_before_the_sweep(dir, args);
     snprintf(args, sizeof args, SWEEP " --dry-run --batch 1048576 --heads 1048576 --seqs 16777216 --dims 256 --csv %s/b.csv", dir);
-    cr_assert_eq(bench(args), 2, "%s", out);
+    expect_refused_before_the_sweep(dir, args);
     EXPECT_BAD("--dry-run=1", "unknown option '--dry-run=1'");
     cr_assert_eq(count_entries(dir), 0, "a dry run left files in %s", dir);
     rmdir(dir);
