@@ -3,7 +3,7 @@
 #   make workshop-check       every exercise: the CPU ones always (NO_CUDA build, a few seconds),
 #                             the GPU ones where a GPU can run their stage ("skipped: no GPU"
 #                             otherwise). Fails unless each broken tree FAILs the check named in
-#                             its patch (or PASSes, for the one exercise whose change is harmless)
+#                             its patch (or PASSes, for the exercises whose change is harmless)
 #                             while the pristine tree PASSes it.
 #   make workshop-check-cpu   the CPU ones alone; make check runs them after the tests
 #   make workshop-check-gpu   the GPU ones alone (ARCH=sm_90 on the H200 keeps the rebuilds short)
