@@ -278,6 +278,27 @@ Test(check, samples_first_and_last_head_of_large_problems) {
     free(rows);
 }
 
+/* Without full heads, each sampled row brings its head's first and last row (a stage's tail rows and
+ * row 0 are where off-by-ones show). */
+Test(check, samples_each_sampled_rows_head_ends) {
+    attn_problem p = attn_problem_make(4, 32, 16384, 128, 1);
+    int64_t *rows, nrows;
+    cr_assert_eq(attn_sample_rows(&p, 0, 40, 7, &rows, &nrows), ATTN_OK);
+    cr_assert(nrows > 40 && nrows <= 3 * 40, "40 sampled rows and their heads' ends: got %lld", (long long)nrows);
+    int64_t middle = 0;
+    for (int64_t r = 0; r < nrows; r++) {
+        const int64_t first = rows[r] / p.N * p.N, last = first + p.N - 1;
+        int has_first = 0, has_last = 0;
+        for (int64_t e = 0; e < nrows; e++) has_first |= rows[e] == first, has_last |= rows[e] == last;
+        cr_assert(has_first && has_last, "row %lld is sampled without its head's row %lld or %lld",
+                  (long long)rows[r], (long long)first, (long long)last);
+        middle += rows[r] != first && rows[r] != last;
+        cr_assert(r == 0 || rows[r] > rows[r - 1], "sorted, no duplicates");
+    }
+    cr_assert(middle > 0, "no sampled row inside a head");
+    free(rows);
+}
+
 /* ---- the check at large scores: the rule of the range (check.c) ------------------------------ */
 
 /* At --scale 8000 (N = 300, D = 64, normal inputs) the scores reach 1e5 and term (c) of the tolerance,
@@ -317,6 +338,46 @@ static void run_cpu_stage(const char *id, const attn_inputs *in, uint16_t *o, fl
     cr_assert(s && s->run && !s->on_gpu, "stage %s is not a CPU stage of this build", id);
     attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1};
     cr_assert_eq(s->run(&in->p, &a), ATTN_OK, "stage %s: %s", id, attn_last_error());
+}
+
+/* The tolerances are the header's formulas, term by term, on a case small enough to work by hand:
+ * N = 2, D = 1, q = k = 0, so both scores are 0 (Sabs = 0, ds = 0: no range rule), v = (1, 0.5):
+ * O_ref = 0.75, Vmax = 1, LSE_ref = ln 2, and
+ *   tol     = 2u 0.75 + 2u 1 + 8 sqrt(2) 2^-24 1 + 1e-7
+ *   tol_lse = 2^-24 (8 sqrt(2) + 16) + 4 2^-24 ln 2 + 1e-6.
+ * Row 0's O and LSE are a few units off, row 1's exact: the worst element reports its tol, and the LSE's
+ * worst ratio is its error over tol_lse. */
+Test(check, tolerances_are_the_documented_bounds) {
+    const double u32 = 0x1p-24;
+    for (int t = 0; t <= ATTN_BF16; t++) {
+        attn_problem p = attn_problem_make(1, 1, 2, 1, 0);
+        p.dtype = (attn_dtype)t;
+        attn_inputs in;
+        cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+        in.q[0] = in.q[1] = in.k[0] = in.k[1] = 0; /* +0 in fp16 and bf16 */
+        in.v[0] = attn_from_f32(1.0f, p.dtype), in.v[1] = attn_from_f32(0.5f, p.dtype);
+        const double u = attn_unit_roundoff(p.dtype);
+        const float got = 0.75f + 3.0f * (float)u; /* 3 units of the 16-bit type in [0.5, 1): exact */
+        uint16_t o[2] = {attn_from_f32(got, p.dtype), attn_from_f32(0.75f, p.dtype)};
+        float lse[2] = {(float)log(2.0) + 1e-6f, (float)log(2.0)};
+        attn_check c;
+        check_all_rows(&in, o, lse, &c);
+        const double tol = 2.0 * u * 0.75 + 2.0 * u + 8.0 * sqrt(2.0) * u32 + 1e-7;
+        const double tol_lse = u32 * (8.0 * sqrt(2.0) + 16.0) + 4.0 * u32 * log(2.0) + 1e-6;
+        cr_assert(c.worst_n == 0 && c.worst_got == got && c.worst_want == 0.75 && !c.worst_by_range,
+                  "%s: worst [n=%lld] got %.9g want %.9g by range %d", attn_dtype_name(p.dtype),
+                  (long long)c.worst_n, c.worst_got, c.worst_want, c.worst_by_range);
+        cr_assert(fabs(c.worst_tol - tol) <= 1e-15 && fabs(c.worst_ratio - 3.0 * u / tol) <= 1e-12,
+                  "%s: O's tol %.17g, want %.17g (ratio %.17g)", attn_dtype_name(p.dtype), c.worst_tol, tol,
+                  c.worst_ratio);
+        const double lse_err = fabs((double)lse[0] - log(2.0));
+        cr_assert(fabs(c.max_lse_err - lse_err) <= 1e-15 &&
+                      fabs(c.lse_worst_ratio - lse_err / tol_lse) <= 1e-12 * c.lse_worst_ratio,
+                  "%s: LSE err %.17g ratio %.17g, want %.17g and %.17g", attn_dtype_name(p.dtype),
+                  c.max_lse_err, c.lse_worst_ratio, lse_err, lse_err / tol_lse);
+        cr_assert(c.pass == (3.0 * u <= tol && lse_err <= tol_lse), "the verdict is the ratios'");
+        attn_inputs_free(&in);
+    }
 }
 
 Test(check, large_scores_fail_zero_output) {
@@ -379,6 +440,10 @@ Test(check, large_scores_fail_output_outside_range_of_v) {
     /* and the report says which rule caught it, with the range (attn --check prints both) */
     cr_assert(c.worst_by_range && c.worst_lo <= c.worst_hi && c.worst_hi < attn_h2f(o[row * D + d]),
               "by_range %d, range [%g, %g]", c.worst_by_range, c.worst_lo, c.worst_hi);
+    /* its tol reaches the range's edge widened by the header's w = (4u + 8 sqrt(N) u32 + 5e-9) Vmax + 1e-7 */
+    const double w = (4.0 * 0x1p-11 + 8.0 * sqrt(300.0) * 0x1p-24 + 5e-9) * vmax + 1e-7;
+    cr_assert(fabs(c.worst_tol - (c.worst_hi + w - c.worst_want)) <= 1e-12,
+              "tol %.17g, the edge hi + w - want %.17g", c.worst_tol, c.worst_hi + w - c.worst_want);
     free(o), free(lse);
     attn_inputs_free(&in);
 }
