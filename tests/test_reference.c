@@ -4,6 +4,7 @@
  * against each other, and stage 01 against properties that need no reference at all.
  */
 #include <math.h>
+#include <string.h>
 
 #include "01_naive_cpu/naive_cpu.h"
 #include "half.h"
@@ -99,6 +100,21 @@ static void short_heads_match_head_by_head(int causal, attn_dtype t) {
         cr_assert(lse[r] == lse1[r], "LSE[%lld]: %.17g vs %.17g", (long long)r, lse[r], lse1[r]);
     free(idx), free(o), free(lse), free(o1), free(lse1);
     attn_inputs_free(&in);
+}
+
+/* The reference reads K and V a head at a time for sorted rows: rows out of range or out of order are
+ * refused (ATTN_EINVAL, with the range), never read past the tensors or silently mis-assigned. */
+Test(reference, refuses_rows_out_of_range_or_order) {
+    attn_problem p = attn_problem_make(1, 2, 5, 8, 0);
+    const int64_t last = attn_rows(&p) - 1;
+    const int64_t ok[] = {0, 3, 3, last}, past[] = {0, last + 1}, negative[] = {-1}, unsorted[] = {3, 1};
+    cr_assert_eq(attn_reference_rows_valid(&p, ok, 4), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(attn_reference_rows_valid(&p, past, 2), ATTN_EINVAL, "row %lld of %lld accepted",
+                 (long long)(last + 1), (long long)(last + 1));
+    cr_assert(strstr(attn_last_error(), "0..9"), "the message names the range: %s", attn_last_error());
+    cr_assert_eq(attn_reference_rows_valid(&p, negative, 1), ATTN_EINVAL);
+    cr_assert_eq(attn_reference_rows_valid(&p, unsorted, 2), ATTN_EINVAL, "rows {3, 1} accepted");
+    cr_assert(strstr(attn_last_error(), "sorted"), "the message says why: %s", attn_last_error());
 }
 
 Test(reference, short_heads_in_parallel_match_head_by_head) {
