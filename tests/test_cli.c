@@ -72,6 +72,30 @@ Test(cli, numbers_are_strict_and_flags_come_once) {
     cr_assert_eq(attn("--stage 01 --seq 12 --dim 8 --seed 3"), 0, "%s", out);
 }
 
+/* The count flags' ranges, at both ends: the largest value is accepted (the refusal that follows is
+ * the later rule's, so nothing runs) and one past it is refused, naming the range. */
+Test(cli, count_flags_take_their_whole_range) {
+    static const struct {
+        const char *flag;
+        long long lo, hi;
+    } f[] = {{"--repeat", 1, 100000}, {"--warmup", 0, 1000}, {"--check-rows", 0, 1000000}};
+    for (int i = 0; i < 3; i++) {
+        char args[128], needle[128];
+        for (int end = 0; end < 2; end++) {
+            const char *extra = strcmp(f[i].flag, "--check-rows") ? "--check-rows 5" : "";
+            snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 %s %lld %s", f[i].flag, end ? f[i].hi : f[i].lo,
+                     extra);
+            EXPECT_USAGE(args, "--check-rows needs --check"); /* parsed, then refused by the later rule */
+        }
+        snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 %s %lld", f[i].flag, f[i].hi + 1);
+        snprintf(needle, sizeof needle, "%s must be an integer from %lld to %lld (got '%lld')", f[i].flag, f[i].lo,
+                 f[i].hi, f[i].hi + 1);
+        EXPECT_USAGE(args, needle);
+    }
+    cr_assert_eq(attn("--stage 01 --seq 8 --dim 8 --check --check-rows 0"), 0, "%s", out);
+    cr_assert(strstr(out, "PASS"), "%s", out);
+}
+
 Test(cli, unsupported_dim_and_dtype_exit_2) {
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
@@ -932,6 +956,12 @@ Test(cli, save_refuses_inputs_it_would_not_write) {
     read_file(dir, "o.npy", &after, &na);
     cr_assert(na != nb || memcmp(before, after, nb) != 0, "o.npy is still seed 1's");
     free(before), free(after);
+    char other[64]; /* --load from another folder (same file system) leaves DIR's inputs stale: refused */
+    make_dir(other, sizeof other);
+    snprintf(args, sizeof args, "%s --seed 3 --save %s --save-inputs", shape, other);
+    cr_assert_eq(attn(args), 0, "%s", out);
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s", other, dir);
+    EXPECT_USAGE(args, "/q.npy' holds inputs that this run does not write");
 }
 
 /* A signal while --save writes (here SIGINT as soon as q.npy's temporary file exists, which is after
