@@ -44,7 +44,7 @@ attn_status attn_problem_validate(const attn_problem *p) {
     /* B*H*N*D must fit in int64 and its bytes in size_t: with the bounds above B*H*N <= 2^64 would
      * not hold, so check the product against 2^62 elements (8 EiB of fp16, far past any device). */
     double elems = (double)p->B * (double)p->H * (double)p->N * (double)p->D;
-    if (elems > 4.6e18)
+    if (elems > 0x1p62) /* 2^62 itself is valid; a product that rounds down onto it is still far inside int64 */
         return attn_fail(ATTN_EINVAL, "batch*heads*seq*dim = %.3g elements is too large (limit 2^62)", elems);
     return ATTN_OK;
 }

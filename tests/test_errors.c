@@ -64,8 +64,31 @@ Test(errors, sizes_read_in_their_unit) {
     cr_expect_str_eq(attn_size_text(1024, buf, sizeof buf), "1.0 KiB");
     cr_expect_str_eq(attn_size_text(4176, buf, sizeof buf), "4.1 KiB");
     cr_expect_str_eq(attn_size_text(96.0 * 1048576, buf, sizeof buf), "96.0 MiB");
+    cr_expect_str_eq(attn_size_text(1048576, buf, sizeof buf), "1.0 MiB");
+    cr_expect_str_eq(attn_size_text(1073741824, buf, sizeof buf), "1.00 GiB");
     cr_expect_str_eq(attn_size_text(3.0 * 1073741824, buf, sizeof buf), "3.00 GiB");
     cr_expect_str_eq(attn_size_text(3.0 * 1073741824, buf, 5), "3.00", "cut to the buffer, terminated");
+}
+
+/* What every speed figure divides by: 4 B H N^2 D flops, half of them when causal (the tiles above
+ * the diagonal are skipped, and the bench's and the CLI's TFLOP/s say so). */
+Test(errors, flops_count_is_4bhn2d_halved_when_causal) {
+    attn_problem p = attn_problem_make(3, 5, 1000, 64, 0);
+    cr_assert_eq(attn_flops(&p), 4.0 * 3 * 5 * 1000.0 * 1000.0 * 64);
+    p.causal = 1;
+    cr_assert_eq(attn_flops(&p), 2.0 * 3 * 5 * 1000.0 * 1000.0 * 64);
+}
+
+/* The element limit is 2^62 (B*H*N*D fits int64, its fp16 bytes size_t): 2^62 itself is valid, twice
+ * that is refused with the limit named. 4.6e18 used to stand in for 2^62 and refused 2^62 itself. */
+Test(errors, problem_element_limit_is_2_pow_62) {
+    attn_problem p = attn_problem_make(ATTN_MAX_B, ATTN_MAX_H, 1 << 22, 1, 0);
+    cr_assert_eq(attn_problem_validate(&p), ATTN_OK, "2^62 elements refused: %s", attn_last_error());
+    p.D = 2;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL, "2^63 elements accepted");
+    cr_assert(strstr(attn_last_error(), "too large (limit 2^62)"), "%s", attn_last_error());
+    p.D = 1, p.N = 1 << 23;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL, "2^63 elements accepted");
 }
 
 Test(errors, every_shell_script_parses) {
