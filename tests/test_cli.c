@@ -397,13 +397,17 @@ Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
     char dir[64], out_dir[64], args[512], path[512];
     make_dir(dir, sizeof dir);
     make_dir(out_dir, sizeof out_dir);
-    const int64_t shape[4] = {1, 2, 9, 8}, other[4] = {1, 2, 10, 8};
+    const int64_t shape[4] = {1, 2, 9, 8};
 
     snprintf(args, sizeof args, "--stage 01 --load %s --save %s", dir, out_dir);
     EXPECT_USAGE(args, "q.npy: cannot open"); /* missing files */
 
-    write_inputs(dir, NPY_F32, shape, other, 0.0f); /* K, V of another shape */
-    EXPECT_USAGE(args, "differs from");
+    for (int d = 0; d < 4; d++) { /* K, V of another shape: another B, H, N or D */
+        int64_t other[4] = {1, 2, 9, 8};
+        other[d]++;
+        write_inputs(dir, NPY_F32, shape, other, 0.0f);
+        EXPECT_USAGE(args, "differs from");
+    }
 
     write_inputs(dir, NPY_F32, shape, shape, NAN); /* a NaN in K */
     EXPECT_USAGE(args, "k.npy: element");

@@ -498,6 +498,7 @@ Test(context_parallel, cli_gpus_flag) {
     cr_assert(strstr(out, "stage 06 runs on one GPU"), "%s", out);
     cr_assert_eq(attn("--stage 01 --gpus 2 --seq 8"), 2, "%s", out);
     cr_assert(strstr(out, "stage 01 runs on the CPU"), "%s", out);
+    cr_assert_eq(attn("--stage 01 --gpus 1 --seq 8 --dim 8"), 0, "--gpus 1 is every stage's own: %s", out);
     const attn_stage *s = attn_find_stage("10");
     if (attn_stage_available(s) != ATTN_OK) {
         /* not built (no nvcc or no NCCL) or no GPU: it says which, and exits 1 */

@@ -6,9 +6,11 @@
  * list of stages comes from the registry only; a stage added there is tested here without editing
  * this file. Each case runs the stage twice and requires the two outputs to be bit-identical
  * (determinism). The CPU models run everywhere, so a machine without a GPU (CI) still checks every
- * algorithm at these shapes.
+ * algorithm at these shapes. At the end, the harness's timed runs through stand-in stages: the poison
+ * before every run, the median.
  */
 #include <math.h>
+#include <time.h>
 
 #include "test_util.h"
 
@@ -270,4 +272,74 @@ Test(registry, every_stage_has_its_own_entry_point) {
                 cr_assert_neq((void *)attn_stages[i].run, (void *)attn_stages[j].run,
                               "stages %s and %s call the same function", attn_stages[i].id,
                               attn_stages[j].id);
+}
+
+/* ---- the harness's timed runs (harness.c), through stand-in stages ---------------------------- */
+
+static int stand_in_calls; /* Criterion runs each test in a process of its own */
+
+/* Stage 01 on odd calls; on even calls it returns ATTN_OK having written nothing. */
+static attn_status writes_every_other_call(const attn_problem *p, const attn_args *a) {
+    return ++stand_in_calls % 2 ? attn_find_stage("01")->run(p, a) : ATTN_OK;
+}
+
+/* Writes nothing; sleeps 2 ms on odd calls, 60 ms on even ones. */
+static attn_status sleeps_2_then_60_ms(const attn_problem *p, const attn_args *a) {
+    const struct timespec t = {0, (++stand_in_calls % 2 ? 2 : 60) * 1000000L};
+    nanosleep(&t, NULL);
+    return ATTN_OK;
+}
+
+static attn_stage stand_in(attn_status (*run)(const attn_problem *, const attn_args *)) {
+    attn_stage s = *attn_find_stage("01");
+    s.run = run;
+    return s;
+}
+
+/* O and LSE are poisoned before every timed run, not once: a run that writes nothing is caught even
+ * when the run before it wrote everything (the check reads the last run's output). */
+Test(harness, poisons_before_every_timed_run) {
+    const attn_stage s = stand_in(writes_every_other_call);
+    attn_problem p = attn_problem_make(1, 2, 33, 16, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 21, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    attn_run_opts opt = attn_run_opts_default();
+    opt.warmup = 0, opt.check = 1;
+    attn_result res;
+    for (int repeat = 2; repeat <= 3; repeat++) { /* the last run writes nothing, then everything */
+        opt.repeat = repeat;
+        stand_in_calls = 0;
+        cr_assert_eq(attn_run(&s, &in, &opt, &res, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+        cr_assert(res.checked && res.runs == repeat);
+        if (repeat == 2)
+            cr_assert(!res.chk.pass && res.chk.unwritten == attn_qkv_elems(&p) + attn_rows(&p) &&
+                          res.identical == 0,
+                      "a last run that wrote nothing: pass %d, %lld never written, identical %d", res.chk.pass,
+                      (long long)res.chk.unwritten, res.identical);
+        else
+            cr_assert(res.chk.pass && res.chk.unwritten == 0, "a last run that wrote everything must pass");
+    }
+    attn_inputs_free(&in);
+}
+
+/* The median of an even count of runs is the mean of the middle two (2 and 60 ms: about 31), of an
+ * odd count the middle one (2, 60, 2: about 2). */
+Test(harness, median_of_the_timed_runs) {
+    const attn_stage s = stand_in(sleeps_2_then_60_ms);
+    attn_problem p = attn_problem_make(1, 1, 8, 8, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 22, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    attn_run_opts opt = attn_run_opts_default();
+    opt.warmup = 0;
+    attn_result res;
+    opt.repeat = 2, stand_in_calls = 0;
+    cr_assert_eq(attn_run(&s, &in, &opt, &res, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+    cr_assert(res.ms_min >= 2.0 && res.ms_min < 20.0 && res.ms_max >= 60.0, "min %g max %g", res.ms_min,
+              res.ms_max);
+    cr_assert(fabs(res.ms_median - 0.5 * (res.ms_min + res.ms_max)) < 1e-9 && res.ms_median > 30.0,
+              "median of 2: %g (min %g, max %g)", res.ms_median, res.ms_min, res.ms_max);
+    opt.repeat = 3, stand_in_calls = 0;
+    cr_assert_eq(attn_run(&s, &in, &opt, &res, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+    cr_assert(res.ms_median >= 2.0 && res.ms_median < 20.0, "median of 3: %g", res.ms_median);
+    attn_inputs_free(&in);
 }
