@@ -72,6 +72,23 @@ Test(context_parallel, plan_covers_every_visible_pair_once) {
         }
 }
 
+/* The plan's ring is the one cp_ring.c runs: at step 0 each rank holds its own K/V shard, and at each
+ * step it receives what rank r - 1 held the step before (ncclRecv from (r + G - 1) % G). A plan that
+ * rotated the other way still covers every pair (a permutation either way), but would name shards
+ * the ranks do not hold. */
+Test(context_parallel, plan_follows_the_ring) {
+    for (int G = 1; G <= 8; G++) {
+        const cp_plan pl = cp_plan_make((int64_t)G * 2 * 1000, G, 1);
+        for (int r = 0; r < G; r++) {
+            cr_assert_eq(cp_kv_source(&pl, r, 0), r, "G=%d rank %d starts with its own shard", G, r);
+            for (int s = 0; s + 1 < G; s++)
+                cr_assert_eq(cp_kv_source(&pl, r, s + 1), cp_kv_source(&pl, (r + G - 1) % G, s),
+                             "G=%d rank %d step %d: not what rank %d held at step %d", G, r, s + 1,
+                             (r + G - 1) % G, s);
+        }
+    }
+}
+
 /* Causal: the mirror placement gives every GPU the same work at every step (2 chunk-pairs of c x c,
  * the diagonal ones counting half); non-causal: one chunk-pair per step. */
 Test(context_parallel, plan_balances_the_work) {
