@@ -4,14 +4,20 @@
  * repository parses, and the Criterion installer prints its advice where it cannot install; an
  * allocation that fails anywhere in loading, stage 01, the CPU models 03m-06m, the check or saving
  * gives exit status 1 and one line, never a hang (an OpenMP region), a crash, exit status 2 or a
- * half-saved result; stage 01 called with a bad shape says EINVAL, not ENOMEM.
+ * half-saved result; stage 01 called with a bad shape says EINVAL, not ENOMEM; a signal held while
+ * files are written takes its action once, at the release.
  */
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "01_naive_cpu/naive_cpu.h"
 #include "half.h"
+#include "hold_signals.h"
 #include "npy.h"
 #include "test_util.h"
 
@@ -234,4 +240,53 @@ Test(faults, loader_out_of_memory_is_exit_1) {
         cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
         cr_assert_not_null(strstr(out, "q.npy: out of memory for"), "%s", out);
     }
+}
+
+/* ---- the signal hold (hold_signals.c) ------------------------------------------------------ */
+
+static volatile sig_atomic_t usr1_count;
+static void count_usr1(int sig) { (void)sig, usr1_count++; }
+static atomic_int worker_stop;
+static void *idle_worker(void *arg) { /* a thread that does not block the held signals, as OpenMP's */
+    (void)arg;
+    while (!atomic_load(&worker_stop)) {
+        const struct timespec t = {0, 1000000L};
+        nanosleep(&t, NULL);
+    }
+    return NULL;
+}
+
+/* A signal that arrives during the hold takes its own action at the release, exactly once, whether
+ * it was sent to the holding thread (blocked there: pending) or taken by another thread (the hold's
+ * handler notes it and the release raises it again); SIGXFSZ during the hold is dropped, so the
+ * release does not end the process with it. */
+Test(errors, held_signals_are_delivered_once_at_release) {
+    struct sigaction a;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = count_usr1;
+    cr_assert_eq(sigaction(SIGUSR1, &a, NULL), 0);
+    attn_held_signals h;
+    attn_signals_hold(&h);
+    raise(SIGUSR1);
+    cr_assert_eq(usr1_count, 0, "delivered during the hold");
+    attn_signals_release(&h);
+    cr_assert_eq(usr1_count, 1, "raised in the holding thread: delivered %d times", (int)usr1_count);
+
+    pthread_t worker;
+    cr_assert_eq(pthread_create(&worker, NULL, idle_worker, NULL), 0);
+    usr1_count = 0;
+    attn_signals_hold(&h);
+    kill(getpid(), SIGUSR1); /* to the process: the worker, which does not block it, takes it */
+    const struct timespec wait = {0, 50000000L};
+    nanosleep(&wait, NULL);
+    cr_assert_eq(usr1_count, 0, "the original action ran during the hold");
+    attn_signals_release(&h);
+    cr_assert_eq(usr1_count, 1, "taken by another thread: delivered %d times", (int)usr1_count);
+    atomic_store(&worker_stop, 1);
+    pthread_join(worker, NULL);
+
+    attn_signals_hold(&h);
+    raise(SIGXFSZ); /* its default action ends the process: dropped, it must not come back */
+    attn_signals_release(&h);
+    cr_assert(sigaction(SIGUSR1, NULL, &a) == 0 && a.sa_handler == count_usr1, "the action is put back");
 }
