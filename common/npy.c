@@ -335,7 +335,8 @@ static attn_status check_data_size(npy_array *a, const char *name, size_t have, 
     a->count = count;
     size_t want = (size_t)count * itemsize(a->dtype);
     if (have < want) return npy_fail(name, "truncated: expected %zu bytes of data, found %zu", want, have);
-    if (have > want) return npy_fail(name, "trailing garbage: %zu bytes after the data", have - want);
+    if (have > want)
+        return npy_fail(name, "trailing garbage: %zu byte%s after the data", have - want, have - want > 1 ? "s" : "");
     *nbytes = want;
     return ATTN_OK;
 }

@@ -271,8 +271,9 @@ Test(npy, writer_matches_numpy_layout_for_many_shapes) {
         {7},          {0, 1000000, 1000000, 1000000, 1000000, 1000000},
         {1, 2, 3, 4}, {123456789, 0, 1, 1, 1, 1, 1, 99999999999},
         {0},          {1000000000000, 0},
+        {0, 1000000000000000000, 10000000, 10000000}, /* 10 + 118 bytes: on a 64-byte edge, padded 64 more */
     };
-    static const int ndims[] = {1, 6, 4, 8, 1, 2};
+    static const int ndims[] = {1, 6, 4, 8, 1, 2, 4};
     tmpdir t;
     tmpdir_make(&t);
     for (size_t k = 0; k < sizeof ndims / sizeof ndims[0]; k++) {
@@ -414,6 +415,7 @@ Test(npy, rejects_in_memory_with_specific_messages) {
         {"{'descr': 'f2', 'fortran_order': False, 'shape': (2, 2)}", "unsupported dtype 'f2'"},
         {"{'descr': '<f2\\n', 'fortran_order': False, 'shape': (2, 2)}", "escapes"},
         {"{,}", "malformed header"},
+        {"{'descr': '<f2\x7f', 'fortran_order': False, 'shape': (2, 2)}", "control byte 0x7f at byte 24"},
     };
     uint16_t vals[4] = {0};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
@@ -439,6 +441,8 @@ Test(npy, data_length_must_be_exact) {
     npy_array a;
     cr_assert_eq(npy_parse(img, len, "d.npy", &a), ATTN_EIO);
     cr_assert_not_null(strstr(attn_last_error(), "trailing garbage: 2 bytes after the data"), "%s", attn_last_error());
+    cr_assert_eq(npy_parse(img, len - 1, "d.npy", &a), ATTN_EIO, "one byte too many accepted");
+    cr_assert_not_null(strstr(attn_last_error(), "trailing garbage: 1 byte after the data"), "%s", attn_last_error());
     cr_assert_eq(npy_parse(img, len - 2, "d.npy", &a), ATTN_OK, "%s", attn_last_error());
     npy_free(&a);
     cr_assert_eq(npy_parse(img, len - 3, "d.npy", &a), ATTN_EIO);

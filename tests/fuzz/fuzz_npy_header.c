@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         st = npy_parse(b, len, NAME, &a);
         size_t nbytes = check_result(st, &a, NAME);
         if (!extra) require(st == ATTN_OK && nbytes == want && memcmp(a.data, b + len - want, want) == 0);
-        else require(st != ATTN_OK && strstr(attn_last_error(), "trailing garbage: 1 bytes after the data"));
+        else require(st != ATTN_OK && strstr(attn_last_error(), "trailing garbage: 1 byte after the data"));
         npy_free(&a);
         free(b);
     }
