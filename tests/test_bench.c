@@ -449,6 +449,32 @@ Test(bench, report_orders_sequence_lengths) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
 }
 
+/* A row without TFLOP/s (hand-made, or an older CSV) gets them from its time: 4 B H N^2 D flops, half
+ * when causal, where causal may be written 1, true or True (Python's csv module); and the merged CSV
+ * is a file like any other (0644 under umask 022), not mktemp's private 0600. */
+Test(bench, report_derives_tflops_and_reads_every_causal_spelling) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
+    /* 4 * 1 * 2 * 1000^2 * 64 flops in 1 ms: 0.512 TFLOP/s, 0.256 causal; N = 2000 in 4 ms: the same */
+    fputs("g,d,c,01,cpu,1,2,1000,64,false,fp16,ok,1,,0,0,0.0002,pass,5,-,\n", f);
+    fputs("g,d,c,01,cpu,1,2,1000,64,true,fp16,ok,1,,0,0,0.0002,pass,5,-,\n", f);
+    fputs("g,d,c,01,cpu,1,2,2000,64,True,fp16,ok,4,,0,0,0.0002,pass,5,-,\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    const char *plain = strstr(out, "== D=64, non-causal"), *causal = strstr(out, "== D=64, causal");
+    cr_assert(plain && causal && plain < causal, "two panels, non-causal first:\n%s", out);
+    const char *p1 = strstr(plain, "1000  01 cpu  1.000    0.512"), *p2 = strstr(causal, "1000  01 cpu  1.000    0.256"),
+               *p3 = strstr(causal, "2000  01 cpu  4.000    0.256");
+    cr_assert(p1 && p1 < causal && p2 && p3, "derived TFLOP/s or causal panels wrong:\n%s", out);
+    snprintf(cmd, sizeof cmd, "umask 022 && sh bench/report.sh merge %s/m.csv %s && stat -c %%a %s/m.csv", dir, path,
+             dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(!strcmp(out, "644\n"), "merged CSV mode: %s", out);
+    snprintf(cmd, sizeof cmd, "rm %s %s/m.csv && rmdir %s", path, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
 /* report.sh plots puts the CSV's gpu, date, commit and names and the output folder into a gnuplot
  * script: a backquote there ran a shell command, a quote let a name call system(). None may run. */
 Test(bench, report_plots_never_run_what_a_csv_holds) {
