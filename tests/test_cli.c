@@ -83,13 +83,13 @@ Test(cli, count_flags_take_their_whole_range) {
         char args[128], needle[128];
         for (int end = 0; end < 2; end++) {
             const char *extra = strcmp(f[i].flag, "--check-rows") ? "--check-rows 5" : "";
-            snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 %s %lld %s", f[i].flag, end ? f[i].hi : f[i].lo,
-                     extra);
+            snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 %s %lld %s", f[i].flag,
+                     end ? f[i].hi : f[i].lo, extra);
             EXPECT_USAGE(args, "--check-rows needs --check"); /* parsed, then refused by the later rule */
         }
         snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 %s %lld", f[i].flag, f[i].hi + 1);
-        snprintf(needle, sizeof needle, "%s must be an integer from %lld to %lld (got '%lld')", f[i].flag, f[i].lo,
-                 f[i].hi, f[i].hi + 1);
+        snprintf(needle, sizeof needle, "%s must be an integer from %lld to %lld (got '%lld')", f[i].flag,
+                 f[i].lo, f[i].hi, f[i].hi + 1);
         EXPECT_USAGE(args, needle);
     }
     cr_assert_eq(attn("--stage 01 --seq 8 --dim 8 --check --check-rows 0"), 0, "%s", out);
