@@ -296,15 +296,23 @@ static attn_stage stand_in(attn_status (*run)(const attn_problem *, const attn_a
     return s;
 }
 
+/* Normal inputs for one head of N keys at head dim D, and run options without warm-up. */
+static attn_run_opts stand_in_setup(attn_inputs *in, int64_t H, int64_t N, int64_t D, uint64_t seed) {
+    attn_problem p = attn_problem_make(1, H, N, D, 0);
+    cr_assert_eq(attn_inputs_random(in, &p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    attn_run_opts opt = attn_run_opts_default();
+    opt.warmup = 0;
+    return opt;
+}
+
 /* O and LSE are poisoned before every timed run, not once: a run that writes nothing is caught even
  * when the run before it wrote everything (the check reads the last run's output). */
 Test(harness, poisons_before_every_timed_run) {
     const attn_stage s = stand_in(writes_every_other_call);
-    attn_problem p = attn_problem_make(1, 2, 33, 16, 0);
     attn_inputs in;
-    cr_assert_eq(attn_inputs_random(&in, &p, 21, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
-    attn_run_opts opt = attn_run_opts_default();
-    opt.warmup = 0, opt.check = 1;
+    attn_run_opts opt = stand_in_setup(&in, 2, 33, 16, 21);
+    const attn_problem p = in.p;
+    opt.check = 1;
     attn_result res;
     for (int repeat = 2; repeat <= 3; repeat++) { /* the last run writes nothing, then everything */
         opt.repeat = repeat;
@@ -326,11 +334,8 @@ Test(harness, poisons_before_every_timed_run) {
  * odd count the middle one (2, 60, 2: about 2). */
 Test(harness, median_of_the_timed_runs) {
     const attn_stage s = stand_in(sleeps_2_then_60_ms);
-    attn_problem p = attn_problem_make(1, 1, 8, 8, 0);
     attn_inputs in;
-    cr_assert_eq(attn_inputs_random(&in, &p, 22, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
-    attn_run_opts opt = attn_run_opts_default();
-    opt.warmup = 0;
+    attn_run_opts opt = stand_in_setup(&in, 1, 8, 8, 22);
     attn_result res;
     opt.repeat = 2, stand_in_calls = 0;
     cr_assert_eq(attn_run(&s, &in, &opt, &res, NULL, NULL), ATTN_OK, "%s", attn_last_error());
