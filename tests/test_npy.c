@@ -5,10 +5,14 @@
  * files of tests/npy_cases/ (written by make_cases.py; expected.tsv names the text each message
  * must contain). Every bad file must fail with ATTN_EIO and a one-line message that begins with
  * the file's path, and must leave the output array empty.
+ *
+ * The failures a disk rarely gives on demand (a file that grows while it is read, an fsync that
+ * fails) come from fsync and pread defined at the end of this file: the executable's definitions come
+ * before libc's when the test binary is linked, so npy.c calls these. They pass every call through to
+ * the system call unless a test here arms a fault; Criterion runs each test in a process of its own.
+ * (Linux only: elsewhere those tests skip, saying so.)
  */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
+#define _GNU_SOURCE /* syscall(), for the pass-through */
 #include <criterion/criterion.h>
 
 #include <dirent.h>
@@ -20,6 +24,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -924,3 +931,92 @@ Test(npy, concurrent_writes_to_one_path_stay_whole) {
     cr_assert_eq(dir_entries(t.path), 1, "temporaries were left behind");
     tmpdir_remove(&t);
 }
+
+/* ---- failures of the disk, through fsync and pread ---------------------------------------- */
+
+#ifdef __linux__ /* the pass-through is Linux's syscall() */
+
+static int fail_data_fsync, fail_dir_fsync; /* the errno an fsync of a file, of a directory, fails with */
+static off_t grows_at = -1;                 /* a pread at this offset finds a byte: the file grew */
+
+int fsync(int fd) {
+    struct stat sb;
+    const int e = fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode) ? fail_dir_fsync : fail_data_fsync;
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    if (off == grows_at && n > 0) {
+        *(unsigned char *)buf = 0;
+        return 1;
+    }
+    return (ssize_t)syscall(SYS_pread64, fd, buf, n, off);
+}
+
+/* A whole f16 file of shape (3, 5) in a fresh folder; its size. */
+static off_t write_small(tmpdir *t, char *path, size_t cap) {
+    tmpdir_make(t);
+    snprintf(path, cap, "%s/a.npy", t->path);
+    const int64_t shape[2] = {3, 5};
+    uint16_t v[15] = {0};
+    cr_assert_eq(npy_write(path, NPY_F16, 2, shape, v), ATTN_OK, "%s", attn_last_error());
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    return sb.st_size;
+}
+
+/* Bytes past the size the file had when it was opened: the data read may not be the file's, refused. */
+Test(npy_faults, a_file_that_grows_while_read_is_refused) {
+    tmpdir t;
+    char path[8192];
+    grows_at = write_small(&t, path, sizeof path);
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a), ATTN_EIO, "a file that grew was read");
+    cr_assert_not_null(strstr(attn_last_error(), "changed size while it was being read (it grew)"), "%s",
+                       attn_last_error());
+    cr_assert_null(a.data);
+    grows_at = -1;
+    cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+    npy_free(&a);
+    tmpdir_remove(&t);
+}
+
+/* The data never reached the disk: reported, and neither the file nor a temporary one is left. */
+Test(npy_faults, a_failed_fsync_of_the_data_leaves_nothing) {
+    tmpdir t;
+    char path[8192];
+    write_small(&t, path, sizeof path);
+    cr_assert_eq(unlink(path), 0);
+    fail_data_fsync = EIO;
+    const int64_t shape[1] = {4};
+    uint16_t v[4] = {0};
+    cr_assert_eq(npy_write(path, NPY_F16, 1, shape, v), ATTN_EIO, "a write whose fsync failed succeeded");
+    cr_assert_not_null(strstr(attn_last_error(), "cannot flush the data to disk: Input/output error"), "%s",
+                       attn_last_error());
+    cr_assert_eq(dir_entries(t.path), 0, "the failed write left files behind");
+    tmpdir_remove(&t);
+}
+
+/* A file system that cannot sync a directory says EINVAL: the write stands. Any other failure of
+ * the directory's fsync (EIO) is reported. */
+Test(npy_faults, the_directory_fsync_tolerates_einval_only) {
+    tmpdir t;
+    char path[8192];
+    write_small(&t, path, sizeof path);
+    const int64_t shape[1] = {4};
+    uint16_t v[4] = {0};
+    fail_dir_fsync = EINVAL;
+    cr_assert_eq(npy_write(path, NPY_F16, 1, shape, v), ATTN_OK, "EINVAL from a directory: %s", attn_last_error());
+    fail_dir_fsync = EIO;
+    cr_assert_eq(npy_write(path, NPY_F16, 1, shape, v), ATTN_EIO, "EIO from the directory's fsync was ignored");
+    cr_assert_not_null(strstr(attn_last_error(), "cannot flush the directory: Input/output error"), "%s",
+                       attn_last_error());
+    tmpdir_remove(&t);
+}
+#else
+Test(npy_faults, disk_failures) { cr_skip_test("the fsync and pread stand-ins are written for Linux"); }
+#endif
