@@ -596,3 +596,252 @@ Test(bench, report_merge_of_no_rows_fails_and_keeps_out) {
     snprintf(cmd, sizeof cmd, "cd %s && rm m.csv bad.csv && cd / && rmdir %s", dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "files left in %s: %s", dir, out);
 }
+
+/* ---- what mutation testing found untested: defaults, the columns of a row, list bounds --------- */
+
+/* Field k (0-based) of the CSV row that begins at line, into buf: "" past the row's end. */
+static const char *csv_field(const char *line, int k, char *buf, size_t cap) {
+    for (; k > 0 && *line && *line != '\n'; line++)
+        if (*line == ',') k--;
+    const size_t n = k ? 0 : strcspn(line, ",\n");
+    snprintf(buf, cap, "%.*s", (int)n, line);
+    return buf;
+}
+
+/* The row of stage id in CSV text (after the header), or NULL. */
+static const char *csv_row(const char *text, const char *id) {
+    char f[64];
+    for (const char *line = text + strlen(HEADER); *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] == '\n'))
+        if (!strcmp(csv_field(line, 3, f, sizeof f), id)) return line;
+    return NULL;
+}
+
+/* Without a GPU (or with --cpu-only) the sweep is the one --help names: B=1 H=4, N=256,512,1024,
+ * D=64,128; --quick: N=128,512,1024 and D=64 alone. */
+Test(bench, defaults_without_a_gpu_are_the_documented_ones) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    snprintf(args, sizeof args, "--cpu-only --dry-run --csv %s", csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    cr_assert(strstr(out, " B=1 H=4 N=256..1024 (3) D=64..128 (2) causal=both; "), "%s", out);
+    snprintf(args, sizeof args, "--cpu-only --quick --dry-run --csv %s", csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    cr_assert(strstr(out, " B=1 H=4 N=128..1024 (3) D=64..64 (1) causal=both; "), "%s", out);
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
+/* --causal 0 and --causal 1 sweep that setting alone: one row per stage and point, its causal column
+ * the one asked for, and the progress counts that one row. */
+Test(bench, causal_flag_sweeps_that_setting_alone) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[32];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    for (int want = 0; want < 2; want++) {
+        snprintf(args, sizeof args, "--cpu-only --batch 1 --heads 2 --seqs 17 --dims 32 --stages 01 --repeat-ms 1 "
+                 "--causal %d --csv %s", want, csv);
+        cr_assert_eq(bench(args), 0, "%s", out);
+        cr_assert(strstr(out, "[ 1/1] "), "not one run: %s", out);
+        const char *text = slurp(csv), *row = text ? csv_row(text, "01") : NULL;
+        cr_assert_not_null(row, "%s", text ? text : "(no CSV)");
+        cr_assert_str_eq(csv_field(row, 9, f, sizeof f), want ? "1" : "0", "--causal %d: %s", want, text);
+        cr_assert_eq(strlen(text) - strlen(HEADER), strcspn(row, "\n") + 1, "not one row: %s", text);
+    }
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* A row's columns: a CPU stage's l2 reads '-' (it has no L2 to be warm or cold) and its repeats are
+ * --repeat-ms's, within 3..50 (0 ms: the 3 of a median; far more than a run: 50); a stage that did not
+ * run leaves every number empty; --check-rows 0 checks nothing and the check column reads '-'. */
+Test(bench, row_columns_say_what_ran) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[64];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    const char *tiny = "--cpu-only --batch 1 --heads 2 --seqs 17 --dims 32 --causal 0 --stages 01,02";
+    snprintf(args, sizeof args, "%s --repeat-ms 0 --csv %s", tiny, csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    const char *text = slurp(csv), *r01 = csv_row(text, "01"), *r02 = csv_row(text, "02");
+    cr_assert(r01 && r02, "%s", text);
+    cr_assert_str_eq(csv_field(r01, 18, f, sizeof f), "3", "repeats at --repeat-ms 0: %s", text);
+    cr_assert_str_eq(csv_field(r01, 19, f, sizeof f), "-", "l2 of a CPU stage: %s", text);
+    cr_assert_str_eq(csv_field(r02, 11, f, sizeof f), "no-gpu", "%s", text);
+    for (int k = 12; k <= 18; k++) cr_assert_str_eq(csv_field(r02, k, f, sizeof f), "", "column %d: %s", k, text);
+    cr_assert_str_eq(csv_field(r02, 19, f, sizeof f), "-", "l2 of a stage that did not run: %s", text);
+    snprintf(args, sizeof args, "%s --repeat-ms 1e6 --check-rows 0 --csv %s", tiny, csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    text = slurp(csv), r01 = csv_row(text, "01");
+    cr_assert_not_null(r01, "%s", text);
+    cr_assert_str_eq(csv_field(r01, 18, f, sizeof f), "50", "repeats at --repeat-ms 1e6: %s", text);
+    cr_assert_str_eq(csv_field(r01, 17, f, sizeof f), "-", "check column at --check-rows 0: %s", text);
+    cr_assert_str_eq(csv_field(r01, 16, f, sizeof f), "", "max_abs_err at --check-rows 0: %s", text);
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* Lists take 1 to 32 items (a 33rd would run past the arrays); 0 is a valid --repeat-ms, --warmup-ms
+ * and --cpu-limit ("a finite number >= 0"), an empty value is not; a repeated item is one line, not
+ * that line and the range's as well. */
+Test(bench, list_and_number_bounds) {
+    char args[1024] = "--dry-run --cpu-only --dims 64 --seqs 1", *p = args + strlen(args);
+    for (int i = 2; i <= 32; i++) p += sprintf(p, ",%d", i);
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    sprintf(p, " --csv %s", csv);
+    cr_assert_eq(bench(args), 0, "32 sequence lengths: %s", out);
+    cr_assert(strstr(out, "N=1..32 (32)"), "%s", out);
+    sprintf(p, ",33 --csv %s", csv);
+    EXPECT_BAD(args, "--seqs must be a comma-separated list of 1 to 32 integers from 1 to 16777216");
+    snprintf(args, sizeof args, "--dry-run --cpu-only --repeat-ms 0 --warmup-ms 0 --cpu-limit 0 --csv %s", csv);
+    cr_assert_eq(bench(args), 0, "zeros refused: %s", out);
+    snprintf(args, sizeof args, "--dry-run --cpu-only --repeat-ms '' --csv %s", csv);
+    EXPECT_BAD(args, "--repeat-ms must be a finite number >= 0 (got '')");
+    EXPECT_BAD("--seqs 64,128,64", "--seqs lists 64 twice");
+    cr_assert_null(strstr(out, "must be"), "more than the one line: %s", out);
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
+/* --commit keeps at most 300 bytes, as peers.py's clean() does. */
+Test(bench, commit_keeps_300_bytes) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[2048], commit[401], f[512];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    memset(commit, 'c', 400), commit[400] = '\0';
+    snprintf(args, sizeof args, TINY " --csv %s --commit %s", csv, commit);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    const char *row = csv_row(slurp(csv), "01");
+    cr_assert_not_null(row);
+    cr_assert_eq(strlen(csv_field(row, 2, f, sizeof f)), 300, "commit of %zu bytes", strlen(f));
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* A --csv that is a symbolic link is replaced by the CSV (the rename replaces the link); the file it
+ * pointed to is never written. */
+Test(bench, csv_that_is_a_link_is_replaced_not_written_through) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], path[600];
+    cr_assert_not_null(mkdtemp(dir));
+    plant_link(dir, "b.csv");
+    snprintf(path, sizeof path, "%s/b.csv", dir);
+    snprintf(args, sizeof args, TINY " --commit t5 --csv %s", path);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    struct stat st;
+    cr_assert(lstat(path, &st) == 0 && S_ISREG(st.st_mode), "b.csv is not a regular file");
+    cr_assert(strstr(slurp(path), ",t5,01,"), "%s", slurp(path));
+    cr_assert_eq(count_entries(dir), 2, "want victim and b.csv only");
+    expect_victim_kept_and_clean(dir);
+}
+
+/* --cpu-limit 0 skips every CPU stage (cpu-skip, the limit named in the note), --quick or not: the
+ * quick sweep's limit of 5 s is its default, not a value that replaces the one given. */
+Test(bench, cpu_limit_given_is_the_limit) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[400];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    snprintf(args, sizeof args, "--cpu-only --quick --stages 01,06m --causal 1 --cpu-limit 0 --csv %s", csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    char *text = slurp(csv);
+    int rows = 0;
+    for (const char *line = text + strlen(HEADER); *line; line += strcspn(line, "\n") + 1, rows++) {
+        cr_assert_str_eq(csv_field(line, 11, f, sizeof f), "cpu-skip", "%s", text);
+        cr_assert(strstr(csv_field(line, 20, f, sizeof f), "> 0.0 s limit"), "note: %s", f);
+    }
+    cr_assert_eq(rows, 6, "want 2 stages x 3 points: %s", text);
+    cr_assert_null(strstr(out, "inputs B="), "inputs made for no run: %s", out);
+    /* a head dim the stage does not take is unsupported, whatever the limit */
+    snprintf(args, sizeof args, "--cpu-only --batch 1 --heads 2 --seqs 17 --dims 80 --stages 03m --cpu-limit 0 --csv %s",
+             csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    text = slurp(csv);
+    cr_assert(strstr(text, ",unsupported,") && strstr(text, "stage 03m supports head dim 32; 64; 128 (got 80)"), "%s",
+              text);
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* The line of text that holds needle (at its first occurrence), into buf; "" if none. */
+static const char *line_with(const char *text, const char *needle, char *buf, size_t cap) {
+    const char *at = strstr(text, needle), *start = at;
+    buf[0] = '\0';
+    if (!at) return buf;
+    while (start > text && start[-1] != '\n') start--;
+    snprintf(buf, cap, "%.*s", (int)(strcspn(start, "\n")), start);
+    return buf;
+}
+
+/* report.sh tables: panels in rising D (128 after 64, as numbers, not as text); "vs best" is the
+ * fastest row's time over this row's; a FAIL row shows no time; a no-gpu row is no table row but the
+ * header says which GPU stages were skipped and why, with the GPU of a row that ran; a row without a
+ * time is no point's best; fast stages
+ * (06 on) get their table against the peers; a row with a size of 0 or a field too many is skipped
+ * with a warning. */
+Test(bench, report_tables_order_compare_and_skip) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
+    fputs("G0,d,c,02,naive_gpu,1,2,64,64,0,fp16,no-gpu,,,,,,,,-,no GPU here; sorry\n", f);
+    fputs("G1,d,c,01,cpu,1,2,64,128,0,fp16,ok,12.5,,0,0,0.0002,pass,5,-,\n", f);
+    fputs("G1,d,c,01,cpu,1,2,64,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,\n", f);
+    fputs("G1,d,c,03m,tiled_cpu,1,2,64,64,0,fp16,ok,1,,0,0,0.0002,pass,5,-,\n", f);
+    fputs("G1,d,c,04m,online_cpu,1,2,64,64,0,fp16,FAIL,0.25,,0,0,0.5,FAIL,5,-,wrong\n", f);
+    fputs("G1,d,c,06,fa2_full,1,2,64,64,0,fp16,ok,0.5,,0,0,0.0002,pass,5,warm,\n", f);
+    fputs("G1,d,c,sdpa_flash,sdpa_flash,1,2,64,64,0,fp16,ok,1,,0,0,,,5,warm,\n", f);
+    fputs("G1,d,c,05m,untimed,1,2,64,64,0,fp16,ok,,,0,0,,,,-,\n", f); /* ok without a time: no best */
+    fputs("G1,d,c,01,zeroN,1,2,0,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,\n", f);
+    fputs("G1,d,c,01,xfield,1,2,32,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,,x\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    int warnings = 0;
+    for (const char *p = out; (p = strstr(p, "skipped a malformed row")); p++) warnings++;
+    cr_assert_eq(warnings, 2, "%s", out);
+    cr_assert(!strstr(out, "zeroN") && !strstr(out, "xfield"), "%s", out);
+    cr_assert(strstr(out, "GPU: G1 ") && strstr(out, "GPU stages skipped (02): no GPU here, sorry."), "%s", out);
+    cr_assert_null(strstr(out, "naive_gpu"), "a no-gpu row in a table: %s", out);
+    const char *d64 = strstr(out, "== D=64, non-causal"), *d128 = strstr(out, "== D=128, non-causal");
+    cr_assert(d64 && d128 && d64 < d128, "panels not in rising D:\n%s", out);
+    char line[512];
+    cr_assert(strstr(line_with(d64, " 01 cpu ", line, sizeof line), " 2.000 ") && strstr(line, " 0.25x "),
+              "01's row (vs best: 0.5 / 2):\n%s", out);
+    cr_assert(strstr(line_with(d64, " 03m tiled_cpu ", line, sizeof line), " 1.000 ") && strstr(line, " 0.50x "),
+              "03m's row:\n%s", out);
+    cr_assert(strstr(line_with(d64, " 04m online_cpu ", line, sizeof line), " FAIL ") && !strstr(line, "0.250"),
+              "a FAIL row's time is shown:\n%s", out);
+    cr_assert(strstr(line_with(d128, " 01 cpu ", line, sizeof line), " 12.50 "), "ms from 10 to 100, 2 decimals:\n%s", out);
+    cr_assert(strstr(out, "== Stage 06 against the peers (FA2)"), "no table against the peers:\n%s", out);
+    snprintf(cmd, sizeof cmd, "rm %s && rmdir %s", path, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
+/* report.sh merge into an OUT that is a symbolic link replaces the link, never what it points to: not
+ * even a FIFO there is refused or written to (the rename never opens it). */
+Test(bench, report_merge_replaces_a_link_out) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
+    fputs("g,d,c,01,cpu,1,2,64,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd %s && mkfifo fifo && ln -s fifo m.csv", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s", dir, path);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/m.csv", dir);
+    struct stat st;
+    cr_assert(lstat(cmd, &st) == 0 && S_ISREG(st.st_mode), "m.csv is not a regular file");
+    cr_assert(strstr(slurp(cmd), ",01,cpu,"), "%s", slurp(cmd));
+    snprintf(cmd, sizeof cmd, "test -p %s/fifo && rm %s/fifo %s/m.csv %s && rmdir %s", dir, dir, dir, path, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "the FIFO was replaced, or files were left: %s", out);
+}
+
+/* report.sh merge without a CSV says so (awk would read stdin), and a CSV without a status column is
+ * skipped, named: neither merges anything. */
+Test(bench, report_merge_needs_csvs_with_the_columns) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv </dev/null", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "report: nothing to merge into"), "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "printf 'gpu,date,commit,stage,name,B,H,N,D,causal,dtype,ms\\ng,d,c,01,cpu,1,2,64,16,0,fp16,1.5\\n' > %s/in.csv",
+             dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s/in.csv", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "in.csv has no stage, N, D or status column; skipped") && strstr(out, "no rows to merge"),
+              "%s", out);
+    snprintf(cmd, sizeof cmd, "rm %s/in.csv && rmdir %s", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "files left in %s: %s", dir, out);
+}

@@ -66,6 +66,7 @@ Test(cli, numbers_are_strict_and_flags_come_once) {
     EXPECT_USAGE("--stage 01 --seq ''", "--seq must be an integer from 1 to 16777216 (got '')");
     EXPECT_USAGE("--stage 01 --seq -", "--seq must be an integer from 1 to 16777216 (got '-')");
     EXPECT_USAGE("--stage 01 --seed 0x10", "--seed must be an integer from 0 to");
+    EXPECT_USAGE("--stage 01 --seed ''", "--seed must be an integer from 0 to 9223372036854775807 (got '')");
     EXPECT_USAGE("--stage 01 --seq 8 --scale 1 --scale 2", "--scale given twice");
     EXPECT_USAGE("--stage 01 --seq 8 --stage 02", "--stage given twice");
     EXPECT_USAGE("--stage 01 --causal --seq 8 --causal", "--causal given twice");
@@ -148,6 +149,7 @@ Test(cli, list_flags_stand_alone) {
                  "--list-ids prints a list and exits: give it alone (got '--seq' too)");
     EXPECT_USAGE("--list-dims 01 --dim 64",
                  "--list-dims prints a list and exits: give it alone (got '--dim' too)");
+    EXPECT_USAGE("--list-ids --check", "--list-ids prints a list and exits: give it alone (got '--check' too)");
     cr_assert_eq(attn("--list-ids cpu"), 0, "%s", out);
     cr_assert(strstr(out, "01\n"), "%s", out);
     cr_assert_eq(attn("--list-ids"), 0, "%s", out);
@@ -1025,4 +1027,41 @@ Test(cli, save_past_a_file_size_limit_says_so) {
     cr_assert_eq(rc, 1, "exit status %d (153: killed by SIGXFSZ): %s", rc, out);
     cr_assert(strstr(out, "File too large (nothing was saved)"), "%s", out);
     expect_empty_dir(dir);
+}
+
+/* ---- what mutation testing found untested ------------------------------------------------------ */
+
+/* Every --init kind --help names runs and passes its check (a PASS names no worst element "outside the
+ * range": that is said only past the tolerance); any other is refused. */
+Test(cli, init_takes_its_four_kinds_only) {
+    static const char *kinds[] = {"normal", "large", "first-max", "rising"};
+    for (int i = 0; i < 4; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 130 --dim 64 --init %s --check", kinds[i]);
+        cr_assert_eq(attn(args), 0, "--init %s: %s", kinds[i], out);
+        cr_assert(strstr(out, "PASS") && !strstr(out, "outside the range"), "--init %s: %s", kinds[i], out);
+    }
+    EXPECT_USAGE("--stage 01 --init bogus", "--init must be normal, large, first-max or rising (got 'bogus')");
+}
+
+/* With --save-inputs, a q.npy, k.npy or v.npy in DIR that is not a file is refused before the run, as
+ * o.npy and lse.npy are. */
+Test(cli, save_inputs_refuses_inputs_that_are_not_files_before_the_run) {
+    char dir[64], path[512], args[512];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/k.npy", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s --save-inputs", dir);
+    EXPECT_USAGE(args, "/k.npy' is a directory, not a file");
+    cr_assert_null(strstr(out, "time "), "the stage ran before the inputs' paths were checked: %s", out);
+    cr_assert_eq(rmdir(path), 0);
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
+/* A closed stdout is found before the run and said so, not only as a failed write after it. */
+Test(cli, closed_stdout_is_refused_before_the_run) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "{ %s --stage 01 --seq 16 --dim 8 >&-; } 2>&1", attn_bin());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "attn: standard output is closed: the results would be lost"), "%s", out);
 }

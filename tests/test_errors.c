@@ -290,3 +290,50 @@ Test(errors, held_signals_are_delivered_once_at_release) {
     attn_signals_release(&h);
     cr_assert(sigaction(SIGUSR1, NULL, &a) == 0 && a.sa_handler == count_usr1, "the action is put back");
 }
+
+/* Each field of a problem is refused at 0 and one past its limit, the message naming the field and
+ * its range; a dtype other than fp16 and bf16 is refused. */
+Test(errors, problem_fields_are_checked_one_by_one) {
+    static const struct {
+        const char *needle;
+        int64_t max;
+        int field;
+    } f[] = {{"batch must be 1..", ATTN_MAX_B, 0}, {"heads must be 1..", ATTN_MAX_H, 1},
+             {"seq must be 1..", ATTN_MAX_N, 2},   {"dim must be 1..", ATTN_MAX_D, 3}};
+    for (int i = 0; i < 4; i++)
+        for (int end = 0; end < 2; end++) {
+            int64_t v[4] = {1, 1, 8, 8};
+            v[f[i].field] = end ? f[i].max + 1 : 0;
+            attn_problem p = attn_problem_make(v[0], v[1], v[2], v[3], 0);
+            p.scale = 0.125f;
+            cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL, "%s %lld accepted", f[i].needle,
+                         (long long)v[f[i].field]);
+            cr_assert(strstr(attn_last_error(), f[i].needle), "%s", attn_last_error());
+        }
+    attn_problem p = attn_problem_make(1, 1, 8, 8, 0);
+    p.dtype = (attn_dtype)7;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL, "dtype 7 accepted");
+    cr_assert(strstr(attn_last_error(), "dtype must be fp16 or bf16"), "%s", attn_last_error());
+}
+
+/* attn_run's first allocation fails (ATTN_FAIL_ALLOC counts from when it is set, once per process:
+ * Criterion runs each test in its own): O's when the caller gives no O, else LSE's. The message names
+ * the one that failed. */
+static void expect_run_names_the_failed_output(int give_o) {
+    const attn_stage *s = attn_find_stage("01");
+    attn_problem p = attn_problem_make(1, 2, 16, 8, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 3, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    uint16_t o[2 * 16 * 8];
+    attn_run_opts opt = attn_run_opts_default();
+    attn_result r;
+    setenv("ATTN_FAIL_ALLOC", "1", 1);
+    const attn_status st = attn_run(s, &in, &opt, &r, give_o ? o : NULL, NULL);
+    unsetenv("ATTN_FAIL_ALLOC");
+    cr_assert_eq(st, ATTN_ENOMEM, "status %d: %s", st, attn_last_error());
+    const char *want = give_o ? "of host memory for LSE" : "of host memory for O";
+    cr_assert(strstr(attn_last_error(), want), "want '%s': %s", want, attn_last_error());
+    attn_inputs_free(&in);
+}
+Test(faults, run_names_o_when_o_fails) { expect_run_names_the_failed_output(0); }
+Test(faults, run_names_lse_when_lse_fails) { expect_run_names_the_failed_output(1); }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "half.h"
 #include "test_util.h"
 
 #include <criterion/parameterized.h>
@@ -346,5 +347,126 @@ Test(harness, median_of_the_timed_runs) {
     opt.repeat = 3, stand_in_calls = 0;
     cr_assert_eq(attn_run(&s, &in, &opt, &res, NULL, NULL), ATTN_OK, "%s", attn_last_error());
     cr_assert(res.ms_median >= 2.0 && res.ms_median < 20.0, "median of 3: %g", res.ms_median);
+    attn_inputs_free(&in);
+}
+
+/* Each stage takes exactly the head dims that its dims_text names (what --list and every refusal
+ * print): "lo..hi" a range, else a comma-separated list. */
+Test(registry, supported_dims_are_the_listed_ones) {
+    for (int i = 0; i < attn_num_stages; i++) {
+        const attn_stage *s = &attn_stages[i];
+        int listed[ATTN_MAX_D + 1] = {0};
+        long lo = 0, hi = 0;
+        if (strstr(s->dims_text, "..") && sscanf(s->dims_text, "%ld..%ld", &lo, &hi) == 2) {
+            cr_assert(lo >= 1 && hi <= ATTN_MAX_D && lo <= hi, "stage %s: dims '%s'", s->id, s->dims_text);
+            for (long d = lo; d <= hi; d++) listed[d] = 1;
+        } else {
+            for (const char *p = s->dims_text; *p;) {
+                char *end = NULL;
+                const long d = strtol(p, &end, 10);
+                cr_assert(end != p && d >= 1 && d <= ATTN_MAX_D, "stage %s: dims '%s'", s->id, s->dims_text);
+                listed[d] = 1;
+                p = end + strspn(end, ", ");
+            }
+        }
+        for (int D = 1; D <= ATTN_MAX_D; D++)
+            cr_assert_eq(!!s->supports_dim(D), listed[D], "stage %s %s D = %d, but its dims read '%s'", s->id,
+                         s->supports_dim(D) ? "takes" : "refuses", D, s->dims_text);
+    }
+}
+
+/* --gpus: a multi-GPU stage takes 1 to ATTN_MAX_GPUS, its own maximum included; a one-GPU or CPU
+ * stage takes 1 alone. */
+Test(registry, gpus_take_the_stages_whole_range) {
+    const attn_stage *s10 = attn_find_stage("10"), *s06 = attn_find_stage("06");
+    cr_assert(s10 && s06 && s10->max_gpus == ATTN_MAX_GPUS);
+    cr_assert_eq(attn_stage_gpus_ok(s10, ATTN_MAX_GPUS), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(attn_stage_gpus_ok(s10, ATTN_MAX_GPUS + 1), ATTN_EINVAL);
+    cr_assert_eq(attn_stage_gpus_ok(s06, 1), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(attn_stage_gpus_ok(s06, 2), ATTN_EINVAL);
+}
+
+/* ---- the random inputs (attn_inputs_random): what each --init promises ---------------------------- */
+
+/* scale * q_i . k_j of one head's inputs, in double from the stored values */
+static double score_of(const attn_inputs *in, int64_t i, int64_t j) {
+    const attn_problem *p = &in->p;
+    double s = 0.0;
+    for (int64_t d = 0; d < p->D; d++)
+        s += (double)attn_to_f32(in->q[i * p->D + d], p->dtype) * (double)attn_to_f32(in->k[j * p->D + d], p->dtype);
+    return s * (double)p->scale;
+}
+
+/* large: scores with a standard deviation of about 1000; first-max: key 0 above every other key by
+ * e^30 or more in every row; rising: scores up by about 20 from key 0 to key N-1, and a head of one
+ * key is no exception (its ramp has no length to divide by). */
+Test(harness, init_kinds_give_the_scores_they_promise) {
+    enum { N = 64 };
+    attn_problem p = attn_problem_make(1, 1, N, 64, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_LARGE), ATTN_OK, "%s", attn_last_error());
+    double s1 = 0.0, s2 = 0.0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++) s1 += score_of(&in, i, j), s2 += score_of(&in, i, j) * score_of(&in, i, j);
+    const double sd = sqrt(s2 / (N * N) - (s1 / (N * N)) * (s1 / (N * N)));
+    cr_assert(sd > 700.0 && sd < 1400.0, "large: scores' standard deviation %g, want about 1000", sd);
+    attn_inputs_free(&in);
+    cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_FIRST_MAX), ATTN_OK, "%s", attn_last_error());
+    for (int i = 0; i < N; i++)
+        for (int j = 1; j < N; j++)
+            cr_assert_gt(score_of(&in, i, 0) - score_of(&in, i, j), 30.0, "first-max: row %d, key %d: %g vs key 0's %g",
+                         i, j, score_of(&in, i, j), score_of(&in, i, 0));
+    attn_inputs_free(&in);
+    cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_RISING), ATTN_OK, "%s", attn_last_error());
+    double rise = 0.0;
+    for (int i = 0; i < N; i++) rise += (score_of(&in, i, N - 1) - score_of(&in, i, 0)) / N;
+    cr_assert(rise > 15.0 && rise < 25.0, "rising: scores rise by %g on average, want about 20", rise);
+    attn_inputs_free(&in);
+    p.N = 1;
+    cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_RISING), ATTN_OK, "rising, N = 1: %s", attn_last_error());
+    attn_inputs_free(&in);
+}
+
+/* --init large at a |scale| small enough that some q overflows fp16 while every k still fits is
+ * refused as well: q and k are drawn apart, so checking k alone is not enough. The seed is one whose
+ * largest |q| draw is at least 5% above its largest |k| draw; the scale puts the overflow between. */
+Test(harness, init_overflow_of_q_alone_is_refused) {
+    attn_problem p = attn_problem_make(1, 1, 64, 64, 0);
+    attn_inputs in;
+    double qmax = 0.0, kmax = 0.0;
+    uint64_t seed = 1;
+    for (; seed < 100; seed++) {
+        cr_assert_eq(attn_inputs_random(&in, &p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+        qmax = kmax = 0.0;
+        for (int64_t e = 0; e < attn_qkv_elems(&p); e++) {
+            qmax = fmax(qmax, fabs((double)attn_to_f32(in.q[e], p.dtype)));
+            kmax = fmax(kmax, fabs((double)attn_to_f32(in.k[e], p.dtype)));
+        }
+        attn_inputs_free(&in);
+        if (qmax > 1.05 * kmax) break;
+    }
+    cr_assert_lt(seed, 100, "no seed with max|q| 5%% above max|k|");
+    const double sigma = 65520.0 / sqrt(qmax * kmax); /* large's factor: sqrt(1000 / (scale sqrt(D))) */
+    p.scale = (float)(1000.0 / (sigma * sigma * 8.0));
+    cr_assert_eq(attn_inputs_random(&in, &p, seed, ATTN_INIT_LARGE), ATTN_EINVAL, "q overflowed unnoticed (scale %g)",
+                 (double)p.scale);
+    cr_assert(strstr(attn_last_error(), "--init large: at |scale|") && strstr(attn_last_error(), "overflow fp16"), "%s",
+              attn_last_error());
+}
+
+/* attn_run leaves lse_host untouched for a stage that does not write LSE (harness.h): it is not
+ * poisoned, nor used as the stage's scratch. */
+Test(harness, lse_host_untouched_by_a_stage_without_lse) {
+    const attn_stage *s = attn_find_stage("03m");
+    cr_assert(s && !s->writes_lse);
+    attn_inputs in;
+    attn_run_opts opt = stand_in_setup(&in, 2, 33, 32, 23);
+    float lse[2 * 33];
+    uint16_t o[2 * 33 * 32];
+    for (int i = 0; i < 2 * 33; i++) lse[i] = 1234.5f;
+    attn_result res;
+    opt.repeat = 2;
+    cr_assert_eq(attn_run(s, &in, &opt, &res, o, lse), ATTN_OK, "%s", attn_last_error());
+    for (int i = 0; i < 2 * 33; i++) cr_assert_eq(lse[i], 1234.5f, "lse_host[%d] written: %g", i, (double)lse[i]);
     attn_inputs_free(&in);
 }
