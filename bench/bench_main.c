@@ -308,7 +308,8 @@ typedef struct {
     size_t nrows;
     int gpu_ok, failed, total;
     char gpu_why[256];
-    double cpu_gflops; /* the CPU stage's last measured rate; 0 before the first, -1 if that failed */
+    double *cpu_gflops; /* per stage (its index in attn_stages), a CPU stage's last measured rate: 0 before
+                           the first, -1 if that failed; each stage is judged by its own (01 is ~5x 05m) */
     uint16_t *o_host; float *lse_host; /* O and LSE of every run at one point (NULL: attn_run's own) */
 } sweep_t;
 
@@ -346,8 +347,9 @@ static double estimate_from_rows(const sweep_t *sw, const attn_stage *s, const a
 /* The CPU stage's FLOP rate on 8 heads of 512 rows: enough rows per head that the OpenMP loop's
  * set-up does not dominate, as at 4 x 256 (3.4 GFLOP/s there on 16 cores, 24.5 at the sweep's sizes). */
 static void calibrate_cpu(sweep_t *sw, const attn_stage *s) {
-    if (sw->cpu_gflops != 0) return;
-    sw->cpu_gflops = -1;
+    double *rate = &sw->cpu_gflops[s - attn_stages];
+    if (*rate != 0) return;
+    *rate = -1;
     attn_problem p = attn_problem_make(1, 8, 512, sw->c->dims[0], 0);
     if (attn_stage_supports(s, &p) != ATTN_OK) p = attn_problem_make(1, 8, 512, 64, 0);
     attn_inputs in;
@@ -356,12 +358,13 @@ static void calibrate_cpu(sweep_t *sw, const attn_stage *s) {
     o.warmup = 1, o.repeat = 1;
     if (attn_inputs_random(&in, &p, 12345, ATTN_INIT_NORMAL) != ATTN_OK) return;
     if (attn_run(s, &in, &o, &res, NULL, NULL) == ATTN_OK && res.ms_median > 0)
-        sw->cpu_gflops = attn_flops(&p) / (res.ms_median * 1e6);
+        *rate = attn_flops(&p) / (res.ms_median * 1e6);
     attn_inputs_free(&in);
 }
 
-static int cpu_too_slow(const sweep_t *sw, const attn_problem *p, double *est_ms) {
-    *est_ms = sw->cpu_gflops > 0 ? attn_flops(p) / (sw->cpu_gflops * 1e6) : 0;
+static int cpu_too_slow(const sweep_t *sw, const attn_stage *s, const attn_problem *p, double *est_ms) {
+    const double rate = sw->cpu_gflops[s - attn_stages];
+    *est_ms = rate > 0 ? attn_flops(p) / (rate * 1e6) : 0;
     return *est_ms > sw->c->cpu_limit_s * 1e3;
 }
 
@@ -438,10 +441,10 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
     }
     if (!s->on_gpu) {
         calibrate_cpu(sw, s);
-        if (cpu_too_slow(sw, p, &est_ms) || !in->q) {
+        if (cpu_too_slow(sw, s, p, &est_ms) || !in->q) {
             snprintf(r->status, sizeof r->status, "cpu-skip");
             set_note(r, "est. %.1f s per run (%.1f GFLOP at %.2f GFLOP/s measured) > %.1f s limit",
-                     est_ms / 1e3, attn_flops(p) / 1e9, sw->cpu_gflops, c->cpu_limit_s);
+                     est_ms / 1e3, attn_flops(p) / 1e9, sw->cpu_gflops[s - attn_stages], c->cpu_limit_s);
             progress(sw, r, now_s() - t0);
             return;
         }
@@ -470,7 +473,10 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         r->repeats = res.runs, r->run_s = res.run_wall_ms / 1e3, r->check_s = res.check_wall_ms / 1e3;
         r->workspace = (double)res.extra_bytes;
         r->extra = (double)(res.extra_measured > res.extra_bytes ? res.extra_measured : res.extra_bytes);
-        if (!s->on_gpu && res.ms_median > 0) sw->cpu_gflops = attn_flops(p) / (res.ms_median * 1e6);
+        /* a point of at least the calibration's 8 x 512 rows refines the stage's rate; a smaller one,
+         * where the OpenMP set-up weighs, would make every later estimate too slow */
+        if (!s->on_gpu && res.ms_median > 0 && attn_rows(p) >= 8 * 512)
+            sw->cpu_gflops[s - attn_stages] = attn_flops(p) / (res.ms_median * 1e6);
         record_check(sw, r, &res);
     }
     progress(sw, r, now_s() - t0);
@@ -487,7 +493,7 @@ static int inputs_needed(sweep_t *sw, const attn_problem *p) {
             double est;
             pc.causal = sw->c->causal_mode != 0; /* the cheaper setting */
             calibrate_cpu(sw, s);
-            if (cpu_too_slow(sw, &pc, &est)) continue;
+            if (cpu_too_slow(sw, s, &pc, &est)) continue;
         }
         return 1;
     }
@@ -717,18 +723,23 @@ int main(int argc, char **argv) {
                 "shapes.\n", sw.gpu_why);
     if (c.dry_run) return fprintf(stderr, "attn-bench: --dry-run: the flags, shapes and CSV path are good\n"), 0;
     sw.total = c.ndims * c.nseqs * (c.causal_mode < 0 ? 2 : 1) * c.nstage_sel;
-    if (!(sw.rows = calloc((size_t)sw.total, sizeof *sw.rows))) {
+    sw.rows = calloc((size_t)sw.total, sizeof *sw.rows);
+    sw.cpu_gflops = calloc((size_t)attn_num_stages, sizeof *sw.cpu_gflops);
+    if (!sw.rows || !sw.cpu_gflops) {
         fprintf(stderr, "attn-bench: cannot allocate the sweep's %d rows of results\n", sw.total);
+        free(sw.rows), free(sw.cpu_gflops);
         return 1;
     }
     run_sweep(&sw);
-    if (sw.cpu_gflops > 0)
-        fprintf(stderr, "attn-bench: CPU stage: %.2f GFLOP/s measured; points above %.1f s per run (~%.0f "
-                "GFLOP) are cpu-skip (--cpu-limit)\n", sw.cpu_gflops, c.cpu_limit_s, sw.cpu_gflops * c.cpu_limit_s);
+    for (int i = 0; i < attn_num_stages; i++)
+        if (sw.cpu_gflops[i] > 0)
+            fprintf(stderr, "attn-bench: CPU stage %s: %.2f GFLOP/s measured; points above %.1f s per run (~%.0f "
+                    "GFLOP) are cpu-skip for it (--cpu-limit)\n", attn_stages[i].id, sw.cpu_gflops[i],
+                    c.cpu_limit_s, sw.cpu_gflops[i] * c.cpu_limit_s);
     rc = write_csv(&sw, gpu, date) == 0 ? 0 : 1;
     const double secs = now_s() - t_start;
     fprintf(stderr, "attn-bench: %zu rows %s %s in %.1f s (%.1f min)%s\n", sw.nrows, rc ? "NOT written to" : "in",
             c.csv, secs, secs / 60, sw.failed ? "; some stages FAILED or errored: see their rows" : "");
-    free(sw.rows);
+    free(sw.rows), free(sw.cpu_gflops);
     return rc ? rc : sw.failed ? 1 : 0;
 }

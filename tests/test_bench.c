@@ -754,6 +754,26 @@ Test(bench, cpu_limit_given_is_the_limit) {
     rmdir(dir);
 }
 
+/* Each CPU stage's runs are estimated from its own measured rate (--help: "its measured FLOP rate"):
+ * stage 01 (double, naive) and 03m (tiled) measure different rates, and the cpu-skip notes say so.
+ * One rate shared by every CPU stage gave both notes the same number. */
+Test(bench, cpu_stages_are_judged_by_their_own_rates) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[400], g[400];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    snprintf(args, sizeof args,
+             "--cpu-only --batch 1 --heads 2 --seqs 1024 --dims 32 --causal 0 --stages 01,03m --cpu-limit 0 --csv %s",
+             csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    const char *text = slurp(csv), *r01 = csv_row(text, "01"), *r03m = csv_row(text, "03m");
+    cr_assert(r01 && r03m, "%s", text);
+    const char *n01 = strstr(csv_field(r01, 20, f, sizeof f), " at ");
+    const char *n03m = strstr(csv_field(r03m, 20, g, sizeof g), " at ");
+    cr_assert(n01 && n03m && strcmp(n01, n03m), "one rate for two stages: '%s' and '%s'", f, g);
+    cr_assert(strstr(out, "CPU stage 01: ") && strstr(out, "CPU stage 03m: "), "%s", out);
+    unlink(csv);
+    rmdir(dir);
+}
+
 /* The line of text that holds needle (at its first occurrence), into buf; "" if none. */
 static const char *line_with(const char *text, const char *needle, char *buf, size_t cap) {
     const char *at = strstr(text, needle), *start = at;
