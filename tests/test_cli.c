@@ -149,7 +149,8 @@ Test(cli, list_flags_stand_alone) {
                  "--list-ids prints a list and exits: give it alone (got '--seq' too)");
     EXPECT_USAGE("--list-dims 01 --dim 64",
                  "--list-dims prints a list and exits: give it alone (got '--dim' too)");
-    EXPECT_USAGE("--list-ids --check", "--list-ids prints a list and exits: give it alone (got '--check' too)");
+    EXPECT_USAGE("--list-ids --check",
+                 "--list-ids prints a list and exits: give it alone (got '--check' too)");
     cr_assert_eq(attn("--list-ids cpu"), 0, "%s", out);
     cr_assert(strstr(out, "01\n"), "%s", out);
     cr_assert_eq(attn("--list-ids"), 0, "%s", out);
@@ -1037,11 +1038,13 @@ Test(cli, init_takes_its_four_kinds_only) {
     static const char *kinds[] = {"normal", "large", "first-max", "rising"};
     for (int i = 0; i < 4; i++) {
         char args[256];
-        snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 130 --dim 64 --init %s --check", kinds[i]);
+        snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 130 --dim 64 --init %s --check",
+                 kinds[i]);
         cr_assert_eq(attn(args), 0, "--init %s: %s", kinds[i], out);
         cr_assert(strstr(out, "PASS") && !strstr(out, "outside the range"), "--init %s: %s", kinds[i], out);
     }
-    EXPECT_USAGE("--stage 01 --init bogus", "--init must be normal, large, first-max or rising (got 'bogus')");
+    EXPECT_USAGE("--stage 01 --init bogus",
+                 "--init must be normal, large, first-max or rising (got 'bogus')");
 }
 
 /* With --save-inputs, a q.npy, k.npy or v.npy in DIR that is not a file is refused before the run, as
@@ -1051,7 +1054,8 @@ Test(cli, save_inputs_refuses_inputs_that_are_not_files_before_the_run) {
     make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/k.npy", dir);
     cr_assert_eq(mkdir(path, 0700), 0);
-    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s --save-inputs", dir);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s --save-inputs",
+             dir);
     EXPECT_USAGE(args, "/k.npy' is a directory, not a file");
     cr_assert_null(strstr(out, "time "), "the stage ran before the inputs' paths were checked: %s", out);
     cr_assert_eq(rmdir(path), 0);

@@ -115,6 +115,41 @@ Test(context_parallel, plan_balances_the_work) {
         }
 }
 
+/* A chunk of padding only (N < n) sees nothing and is seen by nothing, as a query chunk too (cp_plan.h):
+ * N = 3 in chunks of c = 1 leaves chunks 3 .. n-1 empty. */
+Test(context_parallel, chunks_of_padding_only_are_skipped) {
+    for (int causal = 0; causal <= 1; causal++) {
+        const cp_plan pl = cp_plan_make(3, 4, causal);
+        cr_assert_eq(pl.c, 1);
+        for (int qc = 0; qc < pl.n; qc++)
+            for (int kc = 0; kc < pl.n; kc++) {
+                const cp_mask want = qc >= 3 || kc >= 3   ? CP_SKIP
+                                     : !causal || kc < qc ? CP_FULL
+                                     : kc == qc           ? CP_DIAG
+                                                          : CP_SKIP;
+                cr_assert_eq(cp_pair_mask(&pl, qc, kc), want, "causal=%d query chunk %d key chunk %d", causal,
+                             qc, kc);
+            }
+    }
+}
+
+/* cp_rank_work, by hand (cp_bench prints its calls): N = 9 on G = 2, non-causal: chunks of c = 5, chunk 1
+ * holds 4 rows. Rank 0: one 5-row call on its own chunk, two 4-row windows on chunk 1's keys (work
+ * 1 + 2 (4/5)^2); rank 1: one 4-row call on its own chunk, one 5-row call on chunk 0 (work (4/5)^2 + 1). */
+Test(context_parallel, rank_work_counts_calls_and_short_ones) {
+    const cp_plan pl = cp_plan_make(9, 2, 0);
+    static const int64_t want_calls[2] = {3, 2};
+    static const double want_work[2] = {1.0 + 2 * 0.64, 0.64 + 1.0};
+    for (int r = 0; r < 2; r++) {
+        int64_t calls;
+        double work;
+        cp_rank_work(&pl, r, &calls, &work);
+        cr_assert_eq(calls, want_calls[r], "rank %d: %lld calls", r, (long long)calls);
+        cr_assert(fabs(work - want_work[r]) < 1e-12, "rank %d: work %.17g, want %.17g", r, work,
+                  want_work[r]);
+    }
+}
+
 /* ---- the merge ---------------------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x1234567887654321ull;

@@ -146,6 +146,50 @@ Test(fa2_api, last_error_is_per_thread) {
     cr_assert(strstr(jobs[1].seen, "scale"), "thread 1 saw '%s'", jobs[1].seen);
 }
 
+/* Aligned addresses no one owns, 2^40 bytes apart: room for tensors of N = 2^30 rows */
+#define FAR(i) ((void *)((uintptr_t)(i) << 40))
+
+/* The bounds fa2.h states are exact: D 32, 64, 96, 128 and 256, N = 2^30 and B*H = 65535^2 pass their
+ * checks (what stops these fake pointers is a later check), one head more is refused; causal is 0 or 1
+ * only (-1 too is refused); B*H*N*D of exactly 2^63 bytes overflows. */
+Test(fa2_api, size_limits_are_exact) {
+    static const int64_t dims[5] = {32, 64, 96, 128, 256};
+    for (int d = 0; d < 5; d++) {
+        const fa2_status s = call(FAKE(1), FAKE(2), FAKE(3), FAKE(4), NULL, 64, dims[d], 0.125f, FA2_F16);
+        cr_assert(s != FA2_EUNSUPPORTED && !strstr(fa2_last_error(), "head dim"), "D=%lld: %s",
+                  (long long)dims[d], fa2_last_error());
+    }
+    fa2_forward(FAR(1), FAR(2), FAR(3), FAR(4), NULL, 1, 1, (int64_t)1 << 30, 64, 0, 0.125f, FA2_F16, 0);
+    cr_assert(strncmp(fa2_last_error(), "N:", 2) != 0, "N = 2^30: %s", fa2_last_error());
+    const fa2_status s =
+        fa2_forward(FAR(1), FAR(2), FAR(3), FAR(4), NULL, 65535, 65535, 1, 64, 0, 0.125f, FA2_F16, 0);
+    cr_assert(s != FA2_EUNSUPPORTED && !strstr(fa2_last_error(), "B*H"), "B*H = 65535^2: %s",
+              fa2_last_error());
+    EXPECT_REFUSAL(
+        fa2_forward(FAR(1), FAR(2), FAR(3), FAR(4), NULL, 65535, 65536, 1, 64, 0, 0.125f, FA2_F16, 0),
+        FA2_EUNSUPPORTED, "B*H: must be at most 65535^2 (grid.y x grid.z) (got 4294901760)");
+    EXPECT_REFUSAL(
+        fa2_forward(FAKE(1), FAKE(2), FAKE(3), FAKE(4), NULL, 1, 2, 64, 64, -1, 0.125f, FA2_F16, 0),
+        FA2_EINVAL, "causal: must be 0 or 1 (got -1)");
+    EXPECT_REFUSAL(fa2_forward(FAKE(1), FAKE(2), FAKE(3), FAKE(4), NULL, 1 << 13, 1 << 13, (int64_t)1 << 30,
+                               64, 0, 0.125f, FA2_F16, 0),
+                   FA2_EINVAL, "B*H*N*D: overflows 64 bits");
+}
+
+/* Past the argument checks, what the pointers are: as for the stage libraries, without a usable GPU that
+ * question has no answer, a CUDA-status refusal with the runtime's reason appended (not "q: ..."); with
+ * one, these made-up addresses are no device memory. Neither branch skips. */
+Test(fa2_api, fake_pointers_are_refused_for_what_they_are) {
+    const int gpu = attn_gpu_available() == ATTN_OK;
+    const fa2_status s = call(FAKE(1), FAKE(2), FAKE(3), FAKE(4), (float *)FAKE(5), 64, 64, 0.125f, FA2_F16);
+    if (gpu) {
+        EXPECT_REFUSAL(s, FA2_EINVAL, "q: ");
+    } else {
+        EXPECT_REFUSAL(s, FA2_ECUDA, "cannot ask the CUDA runtime about the pointers (no usable device?): ");
+        cr_assert(strlen(strstr(fa2_last_error(), "?): ")) > 4, "no runtime reason: %s", fa2_last_error());
+    }
+}
+
 /* ---- on the GPU --------------------------------------------------------------------------------------- */
 
 #define SKIP_WITHOUT_GPU()                                                                                   \
@@ -403,6 +447,70 @@ Test(stage_lib_api, fake_pointers_are_refused_for_what_they_are) {
             EXPECT_LIB_REFUSAL(L, s, 1, "q: ");
         else
             EXPECT_LIB_REFUSAL(L, s, 3, "cannot ask the CUDA runtime about the pointers");
+    }
+}
+
+/* The libraries' bounds are exact (stage_lib.h): D 64, 128 and 256 and N = 2^30 pass the limits;
+ * |scale| = ATTN_LIB_MAX_SCALE of either sign passes and 3e38 of either sign does not; a negative dtype
+ * is refused as passed; B*H*N*D of exactly 2^63 bytes overflows. */
+Test(stage_lib_api, bounds_are_exact) {
+    void *q = FAKE(1), *k = FAKE(2), *v = FAKE(3), *o = FAKE(4);
+    float *lse = (float *)FAKE(5);
+    static const int64_t dims[3] = {64, 128, 256};
+    for (int i = 0; i < 3; i++) {
+        const library *L = &STAGE_LIBS[i];
+        forward_fn f = L->forward;
+        for (int d = 0; d < 3; d++) {
+            const int s = f(q, k, v, o, lse, 1, 2, 64, dims[d], 0, 0.125f, 0, 0);
+            cr_assert(s != 2 && !strstr(L->last_error(), "head dim"), "%s D=%lld: %s", L->name,
+                      (long long)dims[d], L->last_error());
+        }
+        f(FAR(1), FAR(2), FAR(3), FAR(4), (float *)FAR(5), 1, 1, (int64_t)1 << 30, 64, 0, 0.125f, 0, 0);
+        cr_assert(strncmp(L->last_error(), "N:", 2) != 0, "%s N = 2^30: %s", L->name, L->last_error());
+        for (int sign = -1; sign <= 1; sign += 2) {
+            f(q, k, v, o, lse, 1, 2, 64, 64, 0, (float)sign * ATTN_LIB_MAX_SCALE, 0, 0);
+            cr_assert(strncmp(L->last_error(), "scale", 5) != 0, "%s scale %g: %s", L->name,
+                      (double)sign * ATTN_LIB_MAX_SCALE, L->last_error());
+            EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, 64, 64, 0, (float)sign * 3e38f, 0, 0), 1,
+                               "scale: must be finite");
+        }
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1, 2, 64, 64, 0, 0.125f, -1, 0), 1,
+                           "dtype: must be 0 (fp16) or 1 (bf16) (got -1)");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, 1 << 13, 1 << 13, (int64_t)1 << 30, 64, 0, 0.125f, 0, 0), 1,
+                           "B*H*N*D: overflows 64 bits");
+    }
+}
+
+/* Outputs may touch inputs end to end (o just before q; lse just after v, or ending where q begins);
+ * lse spans B*H*N floats, so one that reaches 4 bytes into q is refused. fa2_forward and the libraries. */
+Test(stage_lib_api, outputs_may_touch_inputs) {
+    const int64_t N = 64, D = 64, bytes = 2 * N * D * 2, lse_bytes = 2 * N * 4; /* B = 1, H = 2 */
+    char *base = (char *)FAKE(1), *q = base + bytes, *k = base + 2 * bytes, *v = base + 3 * bytes;
+    const library *libs[4] = {&FA2, &STAGE_LIBS[0], &STAGE_LIBS[1], &STAGE_LIBS[2]};
+    for (int i = 0; i < 4; i++) {
+        const library *L = libs[i];
+        L->forward(q, k, v, base, (float *)(base + 4 * bytes), 1, 2, N, D, 0, 0.125f, 0, 0);
+        cr_assert(!strstr(L->last_error(), "must not share"), "%s, o before q: %s", L->name, L->last_error());
+        L->forward(q, k, v, base + 4 * bytes, (float *)(q - lse_bytes), 1, 2, N, D, 0, 0.125f, 0, 0);
+        cr_assert(!strstr(L->last_error(), "must not share"), "%s, lse before q: %s", L->name,
+                  L->last_error());
+        EXPECT_LIB_REFUSAL(
+            L,
+            L->forward(q, k, v, base + 4 * bytes, (float *)(q - lse_bytes + 4), 1, 2, N, D, 0, 0.125f, 0, 0),
+            1, "lse and q: an output must not share");
+    }
+}
+
+/* The status codes by name (fa2.h, stage_lib.h): the same words in every library, "unknown status" past them */
+Test(stage_lib_api, status_strings_name_the_codes) {
+    static const char *const want[5] = {"ok", "invalid argument", "unsupported", "CUDA error",
+                                        "unknown status"};
+    const char *(*const lib_string[3])(int) = {tma_wgmma_status_string, warp_specialized_status_string,
+                                               overlap_status_string};
+    for (int s = 0; s < 5; s++) {
+        cr_assert_str_eq(fa2_status_string((fa2_status)s), want[s], "fa2 status %d", s);
+        for (int i = 0; i < 3; i++)
+            cr_assert_str_eq(lib_string[i](s), want[s], "%s status %d", STAGE_LIBS[i].name, s);
     }
 }
 
