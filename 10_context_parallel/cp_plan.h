@@ -19,7 +19,7 @@
  *     causal, kc <  qc: one non-causal call of c rows (kc < qc means kc holds no padding)
  *     non-causal:       one non-causal call of c rows, unless kc holds padding keys (the chunk with
  *                       row N-1, when n does not divide N): b < c real keys need calls of b rows,
- *                       and the a query rows go in as windows of b rows (cp_next_window).
+ *                       and the a query rows go in as windows of b rows (cp_pair_call).
  */
 #ifndef CP_PLAN_H
 #define CP_PLAN_H
