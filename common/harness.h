@@ -16,8 +16,8 @@ extern "C" {
 
 typedef enum {
     ATTN_INIT_NORMAL = 0, /* q, k, v ~ N(0, 1): ordinary scores of a few units */
-    ATTN_INIT_LARGE,      /* q, k ~ N(0, 36): scores in the thousands, exp() without the max
-                             subtracted overflows even in fp32 */
+    ATTN_INIT_LARGE,      /* q, k ~ N(0, 1000 / (|scale| sqrt(D))): scores with a standard deviation
+                             of 1000, and exp() without the max subtracted overflows even in fp32 */
     ATTN_INIT_FIRST_MAX,  /* every query's largest score is on key 0, far above the rest: a
                              one-pass kernel must rescale nothing later, and must not lose key 0 */
     ATTN_INIT_RISING,     /* scores rise with the key index, so the running max grows in every
