@@ -309,7 +309,8 @@ typedef struct {
     int gpu_ok, failed, total;
     char gpu_why[256];
     double *cpu_gflops; /* per stage (its index in attn_stages), a CPU stage's last measured rate: 0 before
-                           the first, -1 if that failed; each stage is judged by its own (01 is ~5x 05m) */
+                           the first, -1 if that failed; each stage is judged by its own (on the 2-core
+                           machine 01 measured 4-5 GFLOP/s, 03m 11-16) */
     uint16_t *o_host; float *lse_host; /* O and LSE of every run at one point (NULL: attn_run's own) */
 } sweep_t;
 
@@ -344,14 +345,20 @@ static double estimate_from_rows(const sweep_t *sw, const attn_stage *s, const a
     return best ? best->ms * attn_flops(p) / attn_flops(&best->p) : 0;
 }
 
-/* The CPU stage's FLOP rate on 8 heads of 512 rows: enough rows per head that the OpenMP loop's
- * set-up does not dominate, as at 4 x 256 (3.4 GFLOP/s there on 16 cores, 24.5 at the sweep's sizes). */
+/* A CPU stage's rate is measured on 8 heads of 512 rows: enough rows per head that the OpenMP loop's
+ * set-up does not dominate, as at 4 x 256 (3.4 GFLOP/s there on 16 cores, 24.5 at the sweep's sizes).
+ * A timed point of fewer rows would lower it (run_point). */
+enum { CALIBRATION_HEADS = 8, CALIBRATION_N = 512 };
+
+/* Stage s's entry of sw->cpu_gflops. */
+static double *cpu_rate(const sweep_t *sw, const attn_stage *s) { return &sw->cpu_gflops[s - attn_stages]; }
+
 static void calibrate_cpu(sweep_t *sw, const attn_stage *s) {
-    double *rate = &sw->cpu_gflops[s - attn_stages];
+    double *rate = cpu_rate(sw, s);
     if (*rate != 0) return;
     *rate = -1;
-    attn_problem p = attn_problem_make(1, 8, 512, sw->c->dims[0], 0);
-    if (attn_stage_supports(s, &p) != ATTN_OK) p = attn_problem_make(1, 8, 512, 64, 0);
+    attn_problem p = attn_problem_make(1, CALIBRATION_HEADS, CALIBRATION_N, sw->c->dims[0], 0);
+    if (attn_stage_supports(s, &p) != ATTN_OK) p = attn_problem_make(1, CALIBRATION_HEADS, CALIBRATION_N, 64, 0);
     attn_inputs in;
     attn_result res;
     attn_run_opts o = attn_run_opts_default();
@@ -363,7 +370,7 @@ static void calibrate_cpu(sweep_t *sw, const attn_stage *s) {
 }
 
 static int cpu_too_slow(const sweep_t *sw, const attn_stage *s, const attn_problem *p, double *est_ms) {
-    const double rate = sw->cpu_gflops[s - attn_stages];
+    const double rate = *cpu_rate(sw, s);
     *est_ms = rate > 0 ? attn_flops(p) / (rate * 1e6) : 0;
     return *est_ms > sw->c->cpu_limit_s * 1e3;
 }
@@ -444,7 +451,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         if (cpu_too_slow(sw, s, p, &est_ms) || !in->q) {
             snprintf(r->status, sizeof r->status, "cpu-skip");
             set_note(r, "est. %.1f s per run (%.1f GFLOP at %.2f GFLOP/s measured) > %.1f s limit",
-                     est_ms / 1e3, attn_flops(p) / 1e9, sw->cpu_gflops[s - attn_stages], c->cpu_limit_s);
+                     est_ms / 1e3, attn_flops(p) / 1e9, *cpu_rate(sw, s), c->cpu_limit_s);
             progress(sw, r, now_s() - t0);
             return;
         }
@@ -473,10 +480,10 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         r->repeats = res.runs, r->run_s = res.run_wall_ms / 1e3, r->check_s = res.check_wall_ms / 1e3;
         r->workspace = (double)res.extra_bytes;
         r->extra = (double)(res.extra_measured > res.extra_bytes ? res.extra_measured : res.extra_bytes);
-        /* a point of at least the calibration's 8 x 512 rows refines the stage's rate; a smaller one,
-         * where the OpenMP set-up weighs, would make every later estimate too slow */
-        if (!s->on_gpu && res.ms_median > 0 && attn_rows(p) >= 8 * 512)
-            sw->cpu_gflops[s - attn_stages] = attn_flops(p) / (res.ms_median * 1e6);
+        /* a point of at least the calibration's rows refines the stage's rate; a smaller one, where
+         * the OpenMP set-up weighs, would make every later estimate too slow */
+        if (!s->on_gpu && res.ms_median > 0 && attn_rows(p) >= CALIBRATION_HEADS * CALIBRATION_N)
+            *cpu_rate(sw, s) = attn_flops(p) / (res.ms_median * 1e6);
         record_check(sw, r, &res);
     }
     progress(sw, r, now_s() - t0);
