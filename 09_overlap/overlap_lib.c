@@ -7,5 +7,5 @@
 #include "stage09.h"
 #include "stage_lib.h"
 
-ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_limits, hop_check_device)
+ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_head_shape, hop_check_heads, hop_check_device)
 #endif

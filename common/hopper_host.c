@@ -57,14 +57,23 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
     return ATTN_OK;
 }
 
-attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D) {
+attn_status hop_check_head_shape(int64_t N, int64_t D) {
     if (D != 64 && D != 128 && D != 256)
         return attn_fail(ATTN_EUNSUPPORTED, "D: head dim must be 64, 128 or 256 (got %lld)", (long long)D);
     if (N > ((int64_t)1 << 30))
         return attn_fail(ATTN_EUNSUPPORTED, "N: must be at most 2^30 (got %lld)", (long long)N);
-    if (B * H > HOP_MAX_HEADS)
-        return attn_fail(ATTN_EUNSUPPORTED, "B*H: must be at most 2^31 (got %lld)", (long long)(B * H));
     return ATTN_OK;
+}
+
+attn_status hop_check_heads(int64_t bh) {
+    if (bh > HOP_MAX_HEADS)
+        return attn_fail(ATTN_EUNSUPPORTED, "B*H: must be at most 2^31 (got %lld)", (long long)bh);
+    return ATTN_OK;
+}
+
+attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D) {
+    const attn_status st = hop_check_head_shape(N, D);
+    return st != ATTN_OK ? st : hop_check_heads(B * H);
 }
 
 attn_status hop_check_device(void) {

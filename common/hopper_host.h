@@ -41,9 +41,13 @@ typedef struct {
  * head 2^31 would read as -2^31, outside the tensor: its boxes would arrive as zeros, silently. */
 #define HOP_MAX_HEADS ((int64_t)1 << 31)
 
-/* The Hopper stages' limits: D 64, 128 or 256, N <= 2^30, B*H <= 2^31 (B*H*N*D already known to
- * fit in 64 bits). ATTN_EUNSUPPORTED naming the argument and the value ("D: head dim must be 64, 128 or
- * 256 (got 32)"). Asked by hop_attn_setup, and by the stage libraries before any CUDA call (stage_lib.c). */
+/* The Hopper stages' limits: D 64, 128 or 256 and N <= 2^30 (one head's shape), B*H <= 2^31 (the heads;
+ * B*H*N*D already known to fit in 64 bits). ATTN_EUNSUPPORTED naming the argument and the value ("D: head
+ * dim must be 64, 128 or 256 (got 32)"). hop_attn_setup asks both; the stage libraries ask them before
+ * any CUDA call, the head's shape before the 64-bit overflow check and the heads after it, the order
+ * of fa2_forward (stage_lib.c). */
+attn_status hop_check_head_shape(int64_t N, int64_t D);
+attn_status hop_check_heads(int64_t bh);
 attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D);
 
 /* ATTN_EUNSUPPORTED unless the current device is an sm_90 GPU ("device: ... (got sm_80)"), ATTN_ECUDA

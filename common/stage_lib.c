@@ -2,8 +2,9 @@
  * stage_lib.c: the checks and status mapping behind every stage library's NAME_forward (stage_lib.h),
  * with fa2_forward's contract (06_fa2_full/fa2.h): the same checks in the same order, every refusal a
  * line "argument: reason (got value)". First what needs no CUDA call (pointers, sizes, causal, scale,
- * dtype, alignment, the stage's own limits (its head dims, N, B*H), outputs overlapping inputs), then
- * what the pointers are, then the device (an sm_90 GPU for 07-09), then the stage.
+ * dtype, alignment, the stage's head dims and N, B*H*N*D within 64 bits, the stage's B*H, outputs
+ * overlapping inputs), then what the pointers are, then the device (an sm_90 GPU for 07-09), then the
+ * stage.
  */
 #ifdef ATTN_HAVE_CUDA
 #include <math.h>
@@ -19,7 +20,7 @@ static attn_status refuse_shared(const attn_refusal *r) {
 }
 
 static attn_status check_args(const void *const ptr[5], const int64_t size[4], int causal, float scale,
-                              int dtype, attn_stage_limits_fn limits) {
+                              int dtype, attn_stage_shape_fn shape, attn_stage_heads_fn heads) {
     attn_refusal r;
     if (attn_refuse_pointers_and_sizes(ptr, size, causal, 1, &r)) return refuse_shared(&r); /* lse required */
     if (!(fabsf(scale) <= ATTN_LIB_MAX_SCALE)) /* also NaN: the kernels multiply by |scale| * log2(e) */
@@ -28,15 +29,16 @@ static attn_status check_args(const void *const ptr[5], const int64_t size[4], i
     if (dtype != ATTN_F16 && dtype != ATTN_BF16)
         return attn_fail(ATTN_EINVAL, "dtype: must be 0 (fp16) or 1 (bf16) (got %d)", dtype);
     if (attn_refuse_misaligned(ptr, &r)) return refuse_shared(&r);
-    /* the bytes of B*H*N*D 16-bit elements must be addressable with 64 bits */
+    /* the stage's own limits before any CUDA call, as fa2_forward asks its own (a head dim the stage
+     * lacks is not a CUDA error), and in its order: the head's shape, the 64-bit bound, the heads */
     const int64_t B = size[0], H = size[1], N = size[2], D = size[3];
+    attn_status st = shape(N, D);
+    if (st != ATTN_OK) return st;
+    /* the bytes of B*H*N*D 16-bit elements must be addressable with 64 bits */
     if (B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D)
         return attn_fail(ATTN_EINVAL, "B*H*N*D: overflows 64 bits (B=%lld H=%lld N=%lld D=%lld)",
                          (long long)B, (long long)H, (long long)N, (long long)D);
-    /* the stage's own limits, before any CUDA call as fa2_forward asks its own: a head dim the stage
-     * lacks is not a CUDA error */
-    attn_status st = limits(B, H, N, D);
-    if (st != ATTN_OK) return st;
+    if ((st = heads(B * H)) != ATTN_OK) return st;
     const char *pair =
         attn_overlapping_outputs(ptr, (uint64_t)(B * H * N * D) * 2u, (uint64_t)(B * H * N) * 4u);
     return pair ? attn_fail(ATTN_EINVAL, "%s: " ATTN_OVERLAP_WHY, pair) : ATTN_OK;
@@ -68,12 +70,13 @@ static int lib_status(attn_status s) {
     }
 }
 
-int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, attn_stage_device_fn device,
-                     const void *q, const void *k, const void *v, void *o, float *lse, int64_t B, int64_t H,
-                     int64_t N, int64_t D, int causal, float scale, int dtype, cudaStream_t stream) {
+int attn_lib_forward(attn_stage_run_fn run, attn_stage_shape_fn shape, attn_stage_heads_fn heads,
+                     attn_stage_device_fn device, const void *q, const void *k, const void *v, void *o,
+                     float *lse, int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale,
+                     int dtype, cudaStream_t stream) {
     const void *const ptr[5] = {q, k, v, o, lse};
     const int64_t size[4] = {B, H, N, D};
-    attn_status st = check_args(ptr, size, causal, scale, dtype, limits);
+    attn_status st = check_args(ptr, size, causal, scale, dtype, shape, heads);
     if (st == ATTN_OK) st = check_device_memory(ptr);
     if (st == ATTN_OK) st = device();
     if (st != ATTN_OK) return lib_status(st);

@@ -2,7 +2,7 @@
  * stage_lib.h: the C library surface of a fast stage, for build/lib<name>.so (python/python.mk) and
  * python/flashattn_stages.py. Each stage that ships as a library declares it in one line,
  *
- *     ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_limits, hop_check_device)
+ *     ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_head_shape, hop_check_heads, hop_check_device)
  *         -> overlap_forward, overlap_status_string, overlap_last_error
  *
  * with the signature, status codes and argument rules of stage 06's fa2_forward (06_fa2_full/fa2.h):
@@ -33,8 +33,12 @@ extern "C" {
 #define ATTN_LIB_MAX_SCALE 2.3e38f
 
 typedef attn_status (*attn_stage_run_fn)(const attn_problem *p, const attn_args *a);
-/* The stage's own limits (head dims, N, B*H), asked before any CUDA call: hop_check_limits for 07-09 */
-typedef attn_status (*attn_stage_limits_fn)(int64_t B, int64_t H, int64_t N, int64_t D);
+/* The stage's own limits, asked before any CUDA call and in fa2_forward's order: one head's shape (head
+ * dims, N) before the check that B*H*N*D fits 64 bits, the number of heads B*H after it (so that a head
+ * dim the stage lacks is reported as such whatever B and H are): hop_check_head_shape and
+ * hop_check_heads for 07-09 */
+typedef attn_status (*attn_stage_shape_fn)(int64_t N, int64_t D);
+typedef attn_status (*attn_stage_heads_fn)(int64_t bh);
 /* May the stage run on the current device? Asked after the pointers, before the run: hop_check_device for
  * 07-09. Asked here and not in the stage's run, which build/attn reaches only after the registry has
  * asked the same (gpu.c): in the run, its runtime queries added 0.3-0.8 us to each timed call of the
@@ -42,9 +46,10 @@ typedef attn_status (*attn_stage_limits_fn)(int64_t B, int64_t H, int64_t N, int
 typedef attn_status (*attn_stage_device_fn)(void);
 
 /* Checks the arguments (above), runs the stage, and maps its status to fa2's codes. */
-int attn_lib_forward(attn_stage_run_fn run, attn_stage_limits_fn limits, attn_stage_device_fn device,
-                     const void *q, const void *k, const void *v, void *o, float *lse, int64_t B, int64_t H,
-                     int64_t N, int64_t D, int causal, float scale, int dtype, cudaStream_t stream);
+int attn_lib_forward(attn_stage_run_fn run, attn_stage_shape_fn shape, attn_stage_heads_fn heads,
+                     attn_stage_device_fn device, const void *q, const void *k, const void *v, void *o,
+                     float *lse, int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale,
+                     int dtype, cudaStream_t stream);
 const char *attn_lib_status_string(int s);
 
 /* The three functions of one stage library, declared (a C caller writes ATTN_STAGE_LIBRARY_API(overlap)
@@ -61,13 +66,13 @@ const char *attn_lib_status_string(int s);
     ATTN_C_LINKAGE const char *name##_status_string(int s);                                                  \
     ATTN_C_LINKAGE const char *name##_last_error(void);
 
-#define ATTN_STAGE_LIBRARY(name, run, limits, device)                                                        \
+#define ATTN_STAGE_LIBRARY(name, run, shape, heads, device)                                                  \
     ATTN_STAGE_LIBRARY_API(name)                                                                             \
     int name##_forward(const void *q, const void *k, const void *v, void *o, float *lse, int64_t B,          \
                        int64_t H, int64_t N, int64_t D, int causal, float scale, int dtype,                  \
                        cudaStream_t stream) {                                                                \
-        return attn_lib_forward(run, limits, device, q, k, v, o, lse, B, H, N, D, causal, scale, dtype,      \
-                                stream);                                                                     \
+        return attn_lib_forward(run, shape, heads, device, q, k, v, o, lse, B, H, N, D, causal, scale,       \
+                                dtype, stream);                                                              \
     }                                                                                                        \
     const char *name##_status_string(int s) { return attn_lib_status_string(s); }                            \
     const char *name##_last_error(void) { return attn_last_error(); }

@@ -481,6 +481,26 @@ Test(stage_lib_api, bounds_are_exact) {
     }
 }
 
+/* fa2_forward and the libraries ask their limits in one order: the head's shape (D, N), then whether
+ * B*H*N*D fits 64 bits, then B*H. So one input that breaks two rules gets the same refusal from each:
+ * a head dim no stage has (300) or N = 2^30 + 1 with B*H*N*D past 64 bits is "unsupported" (2), named
+ * by D or N; B*H past every limit with the product overflowing is the overflow (1). */
+Test(stage_lib_api, limits_are_asked_in_fa2_forwards_order) {
+    void *q = FAKE(1), *k = FAKE(2), *v = FAKE(3), *o = FAKE(4);
+    float *lse = (float *)FAKE(5);
+    const int64_t huge = (int64_t)1 << 40, n_over = ((int64_t)1 << 30) + 1;
+    const library *libs[4] = {&FA2, &STAGE_LIBS[0], &STAGE_LIBS[1], &STAGE_LIBS[2]};
+    for (int i = 0; i < 4; i++) {
+        const library *L = libs[i];
+        forward_fn f = L->forward;
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, huge, huge, 64, 300, 0, 0.125f, 0, 0), 2, "D: head dim");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, huge, huge, n_over, 64, 0, 0.125f, 0, 0), 2,
+                           "N: must be at most 2^30");
+        EXPECT_LIB_REFUSAL(L, f(q, k, v, o, lse, huge, 1 << 20, 1 << 10, 64, 0, 0.125f, 0, 0), 1,
+                           "B*H*N*D: overflows 64 bits");
+    }
+}
+
 /* Outputs may touch inputs end to end (o just before q; lse just after v, or ending where q begins);
  * lse spans B*H*N floats, so one that reaches 4 bytes into q is refused. fa2_forward and the libraries. */
 Test(stage_lib_api, outputs_may_touch_inputs) {
