@@ -84,6 +84,20 @@ static FILE *temp_dir_and_report_csv(char *dir, char *path, size_t cap) {
     return f;
 }
 
+/* report.sh's tables of the CSV at path into out; it must exit 0 */
+static void report_tables(const char *path) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
+/* Removes dir/in.csv and then dir, which fails if anything else was left in it */
+static void remove_report_dir(const char *dir) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm %s/in.csv && rmdir %s", dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "files left in %s: %s", dir, out);
+}
+
 /* A new folder from the template in dir (mkdtemp), and csv = dir/b.csv */
 static void temp_dir_and_csv(char *dir, char *csv, size_t cap) {
     cr_assert_not_null(mkdtemp(dir));
@@ -424,7 +438,7 @@ Test(bench, report_skips_malformed_rows) {
  * (a CSV is often several runs merged): 61 lengths, scrambled, in two panels, must come out sorted,
  * each once. */
 Test(bench, report_orders_sequence_lengths) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600];
     FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
     enum { LENGTHS = 61 };
     for (int causal = 0; causal < 2; causal++)
@@ -434,8 +448,7 @@ Test(bench, report_orders_sequence_lengths) {
     /* N = 6 again, written as 006 (merged CSVs, hand edits): the same length, not a 62nd */
     fputs("g,d,c,01,cpu,1,2,006,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    report_tables(path);
     int rows = 0, last = 0;
     for (const char *p = out; (p = strstr(p, " 01 cpu ")); p++) {
         const char *line = p;
@@ -445,8 +458,7 @@ Test(bench, report_orders_sequence_lengths) {
         last = n, rows++;
     }
     cr_assert_eq(rows, 2 * LENGTHS, "%s", out);
-    snprintf(cmd, sizeof cmd, "rm %s && rmdir %s", path, dir);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    remove_report_dir(dir);
 }
 
 /* A row without TFLOP/s (hand-made, or an older CSV) gets them from its time: 4 B H N^2 D flops, half
@@ -460,8 +472,7 @@ Test(bench, report_derives_tflops_and_reads_every_causal_spelling) {
     fputs("g,d,c,01,cpu,1,2,1000,64,true,fp16,ok,1,,0,0,0.0002,pass,5,-,\n", f);
     fputs("g,d,c,01,cpu,1,2,2000,64,True,fp16,ok,4,,0,0,0.0002,pass,5,-,\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    report_tables(path);
     const char *plain = strstr(out, "== D=64, non-causal"), *causal = strstr(out, "== D=64, causal");
     cr_assert(plain && causal && plain < causal, "two panels, non-causal first:\n%s", out);
     const char *p1 = strstr(plain, "1000  01 cpu  1.000    0.512"), *p2 = strstr(causal, "1000  01 cpu  1.000    0.256"),
@@ -791,7 +802,7 @@ static const char *line_with(const char *text, const char *needle, char *buf, si
  * (06 on) get their table against the peers; a row with a size of 0 or a field too many is skipped
  * with a warning. */
 Test(bench, report_tables_order_compare_and_skip) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], cmd[2048];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600];
     FILE *f = temp_dir_and_report_csv(dir, path, sizeof path);
     fputs("G0,d,c,02,naive_gpu,1,2,64,64,0,fp16,no-gpu,,,,,,,,-,no GPU here; sorry\n", f);
     fputs("G1,d,c,01,cpu,1,2,64,128,0,fp16,ok,12.5,,0,0,0.0002,pass,5,-,\n", f);
@@ -804,8 +815,7 @@ Test(bench, report_tables_order_compare_and_skip) {
     fputs("G1,d,c,01,zeroN,1,2,0,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,\n", f);
     fputs("G1,d,c,01,xfield,1,2,32,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,,x\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s 2>&1", path);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    report_tables(path);
     int warnings = 0;
     for (const char *p = out; (p = strstr(p, "skipped a malformed row")); p++) warnings++;
     cr_assert_eq(warnings, 2, "%s", out);
@@ -823,8 +833,7 @@ Test(bench, report_tables_order_compare_and_skip) {
               "a FAIL row's time is shown:\n%s", out);
     cr_assert(strstr(line_with(d128, " 01 cpu ", line, sizeof line), " 12.50 "), "ms from 10 to 100, 2 decimals:\n%s", out);
     cr_assert(strstr(out, "== Stage 06 against the peers (FA2)"), "no table against the peers:\n%s", out);
-    snprintf(cmd, sizeof cmd, "rm %s && rmdir %s", path, dir);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    remove_report_dir(dir);
 }
 
 /* report.sh merge into an OUT that is a symbolic link replaces the link, never what it points to: not
@@ -862,6 +871,5 @@ Test(bench, report_merge_needs_csvs_with_the_columns) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "in.csv has no stage, N, D or status column; skipped") && strstr(out, "no rows to merge"),
               "%s", out);
-    snprintf(cmd, sizeof cmd, "rm %s/in.csv && rmdir %s", dir, dir);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "files left in %s: %s", dir, out);
+    remove_report_dir(dir);
 }
