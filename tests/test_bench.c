@@ -104,6 +104,14 @@ static void temp_dir_and_csv(char *dir, char *csv, size_t cap) {
     snprintf(csv, cap, "%s/b.csv", dir);
 }
 
+/* A new folder and csv as temp_dir_and_csv, then `attn-bench FLAGS --csv csv`, which must exit 0 */
+static void bench_into_fresh_csv(char *dir, char *csv, size_t cap, const char *flags) {
+    char args[2048];
+    temp_dir_and_csv(dir, csv, cap);
+    snprintf(args, sizeof args, "%s --csv %s", flags, csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+}
+
 Test(bench, bad_flags_exit_2_naming_what_they_take) {
     EXPECT_BAD("--batch 0", "--batch must be an integer from 1 to 1048576 (got '0')");
     EXPECT_BAD("--heads x", "--heads must be an integer from 1 to 1048576 (got 'x')");
@@ -168,10 +176,8 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
 }
 
 Test(bench, cpu_only_sweep_writes_one_checked_row_per_stage_and_point) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600];
-    temp_dir_and_csv(dir, csv, sizeof csv);
-    snprintf(args, sizeof args, SWEEP " --commit t1 --csv %s", csv);
-    cr_assert_eq(bench(args), 0, "%s", out);
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600];
+    bench_into_fresh_csv(dir, csv, sizeof csv, SWEEP " --commit t1");
     expect_sweep_rows(csv, "t1");
     struct stat st;
     cr_assert_eq(stat(csv, &st), 0);
@@ -371,9 +377,7 @@ Test(bench, csv_path_is_tried_before_the_sweep) {
 /* --commit goes into the CSV cleaned as peers.py cleans it: a comma or newline would break the row. */
 Test(bench, commit_is_cleaned_for_the_csv) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[1024];
-    temp_dir_and_csv(dir, csv, sizeof csv);
-    snprintf(args, sizeof args, TINY " --csv %s --commit ' a,b|c\"d\n  e\t'", csv);
-    cr_assert_eq(bench(args), 0, "%s", out);
+    bench_into_fresh_csv(dir, csv, sizeof csv, TINY " --commit ' a,b|c\"d\n  e\t'");
     char *text = slurp(csv);
     cr_assert_not_null(text);
     cr_assert(strstr(text, ",a;b;c'd e,01,"), "%s", text);
@@ -711,11 +715,10 @@ Test(bench, list_and_number_bounds) {
 
 /* --commit keeps at most 300 bytes, as peers.py's clean() does. */
 Test(bench, commit_keeps_300_bytes) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[2048], commit[401], f[512];
-    temp_dir_and_csv(dir, csv, sizeof csv);
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], flags[1024], commit[401], f[512];
     memset(commit, 'c', 400), commit[400] = '\0';
-    snprintf(args, sizeof args, TINY " --csv %s --commit %s", csv, commit);
-    cr_assert_eq(bench(args), 0, "%s", out);
+    snprintf(flags, sizeof flags, TINY " --commit %s", commit);
+    bench_into_fresh_csv(dir, csv, sizeof csv, flags);
     const char *row = csv_row(slurp(csv), "01");
     cr_assert_not_null(row);
     cr_assert_eq(strlen(csv_field(row, 2, f, sizeof f)), 300, "commit of %zu bytes", strlen(f));
@@ -743,9 +746,7 @@ Test(bench, csv_that_is_a_link_is_replaced_not_written_through) {
  * quick sweep's limit of 5 s is its default, not a value that replaces the one given. */
 Test(bench, cpu_limit_given_is_the_limit) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[400];
-    temp_dir_and_csv(dir, csv, sizeof csv);
-    snprintf(args, sizeof args, "--cpu-only --quick --stages 01,06m --causal 1 --cpu-limit 0 --csv %s", csv);
-    cr_assert_eq(bench(args), 0, "%s", out);
+    bench_into_fresh_csv(dir, csv, sizeof csv, "--cpu-only --quick --stages 01,06m --causal 1 --cpu-limit 0");
     char *text = slurp(csv);
     int rows = 0;
     for (const char *line = text + strlen(HEADER); *line; line += strcspn(line, "\n") + 1, rows++) {
@@ -769,12 +770,9 @@ Test(bench, cpu_limit_given_is_the_limit) {
  * stage 01 (double, naive) and 03m (tiled) measure different rates, and the cpu-skip notes say so.
  * One rate shared by every CPU stage gave both notes the same number. */
 Test(bench, cpu_stages_are_judged_by_their_own_rates) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[400], g[400];
-    temp_dir_and_csv(dir, csv, sizeof csv);
-    snprintf(args, sizeof args,
-             "--cpu-only --batch 1 --heads 2 --seqs 1024 --dims 32 --causal 0 --stages 01,03m --cpu-limit 0 --csv %s",
-             csv);
-    cr_assert_eq(bench(args), 0, "%s", out);
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], f[400], g[400];
+    bench_into_fresh_csv(dir, csv, sizeof csv,
+                         "--cpu-only --batch 1 --heads 2 --seqs 1024 --dims 32 --causal 0 --stages 01,03m --cpu-limit 0");
     const char *text = slurp(csv), *r01 = csv_row(text, "01"), *r03m = csv_row(text, "03m");
     cr_assert(r01 && r03m, "%s", text);
     const char *n01 = strstr(csv_field(r01, 20, f, sizeof f), " at ");
