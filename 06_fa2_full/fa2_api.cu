@@ -69,9 +69,7 @@ extern "C" fa2_status fa2_check_args(const fa2_args *a, fa2_failure *f) {
         return fa2_refuse_got(f, FA2_EUNSUPPORTED, "D", "head dim must be 32, 64, 96, 128 or 256", a->D);
     if (a->N > ((int64_t)1 << 30))
         return fa2_refuse_got(f, FA2_EUNSUPPORTED, "N", "must be at most 2^30", a->N);
-    /* B*H*N*D elements and their bytes must be addressable with 64 bits */
-    if (a->B > INT64_MAX / a->H || a->B * a->H > INT64_MAX / a->N ||
-        a->B * a->H * a->N > INT64_MAX / 2 / a->D) {
+    if (attn_sizes_overflow(size)) { /* B*H*N*D elements and their bytes must fit 64 bits */
         snprintf(f->got, sizeof f->got, "B=%lld H=%lld N=%lld D=%lld", (long long)a->B, (long long)a->H,
                  (long long)a->N, (long long)a->D);
         return fa2_refuse(f, FA2_EINVAL, "B*H*N*D", "overflows 64 bits");

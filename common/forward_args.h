@@ -49,6 +49,13 @@ static inline int attn_refuse_misaligned(const void *const ptr[5], attn_refusal 
     return 0;
 }
 
+/* 1 when the bytes of B*H*N*D 16-bit elements cannot be counted in an int64_t (sizes already >= 1):
+ * asked after the caller's head-dim and N limits, before its limit on B*H ("B*H*N*D: overflows 64 bits") */
+static inline int attn_sizes_overflow(const int64_t size[4]) {
+    const int64_t B = size[0], H = size[1], N = size[2], D = size[3];
+    return B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D;
+}
+
 #define ATTN_OVERLAP_WHY "an output must not share memory with an input or with the other output"
 
 /* The outputs (o, and lse when given) must share no byte with the inputs (q, k, v) or with each

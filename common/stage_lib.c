@@ -34,8 +34,7 @@ static attn_status check_args(const void *const ptr[5], const int64_t size[4], i
     const int64_t B = size[0], H = size[1], N = size[2], D = size[3];
     attn_status st = shape(N, D);
     if (st != ATTN_OK) return st;
-    /* the bytes of B*H*N*D 16-bit elements must be addressable with 64 bits */
-    if (B > INT64_MAX / H || B * H > INT64_MAX / N || B * H * N > INT64_MAX / 2 / D)
+    if (attn_sizes_overflow(size))
         return attn_fail(ATTN_EINVAL, "B*H*N*D: overflows 64 bits (B=%lld H=%lld N=%lld D=%lld)",
                          (long long)B, (long long)H, (long long)N, (long long)D);
     if ((st = heads(B * H)) != ATTN_OK) return st;
