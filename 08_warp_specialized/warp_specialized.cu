@@ -15,10 +15,20 @@
  * purpose). setmaxnreg moves registers to where the work is: at D = 128 and 256 the block starts with
  * 168 a thread (65536 / 384 = 170, in steps of 8); the producer drops to 24, the consumers rise to 240
  * (128 x 24 + 256 x 240 = 64512); at D = 64, two blocks to an SM, 80 become 24 and 104 (tiles table below).
+ *
+ * Since only producers load, two blocks can share their loads: at D = 128 the grid runs as pairs of
+ * blocks (2-block clusters) on adjacent row blocks of one head. Each producer loads half of every K/V
+ * tile both blocks visit and TMA multicast writes it into both; a buffer's empty barrier counts the
+ * consumer warps of both blocks, so neither half is refilled before both have read it. L2 then sends
+ * each K/V byte once per pair: a 64 KB K/V tile feeds 128 query rows, about 4.7 TB/s from L2 at 600
+ * TFLOP/s, now halved. On the H200, which runs at its 700 W power cap under this load, bytes not moved
+ * are clock kept: +3 to +4% non-causal, +1 to +3% causal at N = 4096-16384 (README). Stage 07 could
+ * share only by meeting at a cluster barrier every tile; here the empty barriers already say when.
+ *
  * Changed versus stage 07: 384 threads instead of 256; the refill moved from the end of the consumer's
  * tile to the producer's loop; full/empty barrier pairs instead of full barriers and __syncthreads; the
  * ring is deeper where shared memory allows (D = 64: 4 stages; the 128 x 64 tiles and two blocks per SM
- * are stage 07's).
+ * are stage 07's); D = 128 runs in pairs, whose later causal row block visits its diagonal tile last.
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 2^31).
  *
@@ -50,6 +60,18 @@ static constexpr int PRODUCER_REGS = 24;
 static __host__ __device__ constexpr int br_for(int) { return BR; }
 static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
+/* D = 128: pairs of blocks share each K/V tile (a 2-block cluster, TMA multicast); the maps' K/V boxes
+ * are then half tiles. D = 64 and 256 keep single blocks: in stage 09, pairs gained nothing that its
+ * run-to-run swings did not cover there (D = 64: 0 to +1%; D = 256: -0.2 to +1.3%).
+ * WARP_SPECIALIZED_NO_PAIRS builds D = 128 without pairs, to time the split of roles alone. */
+static __host__ __device__ constexpr int pairs_for(int d) {
+#ifdef WARP_SPECIALIZED_NO_PAIRS
+    return 0 * d;
+#else
+    return d == 128;
+#endif
+}
+static int keys_per_tile(int d, int, int64_t) { return bc_for(d) / (pairs_for(d) ? 2 : 1); }
 /* __launch_bounds__'s minimum blocks per SM */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
 /* setmaxnreg's claim for the consumers: 240 with the SM to one block, 104 with two (tiles table) */
@@ -67,7 +89,7 @@ static __host__ __device__ constexpr int smem_bytes(int d) {
 typedef struct {
     uint32_t q, k, v;                /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
     uint32_t q_full, k_full, v_full; /* written by the copy engine; buffer s's at + 8 s */
-    uint32_t k_empty, v_empty;       /* read by every consumer thread */
+    uint32_t k_empty, v_empty;       /* read by every consumer thread (pairs: warp, of both blocks) */
 } smem_layout;
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
@@ -84,23 +106,47 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
     return s;
 }
 
+/* The tile visited at step `it`: the tiles shared with the other block of the pair from the last down
+ * to 0, then this block's own (causal: the diagonal tile of the pair's later row block). */
+static __device__ __forceinline__ int tile_at(int it, int shared) {
+    return it < shared ? shared - 1 - it : it;
+}
+
+/* PAIR: a block may leave once both blocks' consumers have released the last shared use of every
+ * buffer: the other block then holds every copy this block sent it, and none of its arrivals is still
+ * on its way here (a phase completes only after the one before). Its own tiles past the shared ones
+ * (causal) it computes alone, while this block's SM takes other work. */
+template <int D>
+static __device__ __forceinline__ void wait_pair_released(const smem_layout *sm, int shared) {
+    constexpr int S = stages_for(D);
+    for (int b = 0; b < S && b < shared; ++b) {
+        const uint32_t parity =
+            (uint32_t)(((shared - 1 - b) / S) & 1); /* use of tile b + S k, k as large as fits */
+        hop_mbar_wait(sm->k_empty + 8 * b, parity);
+        hop_mbar_wait(sm->v_empty + 8 * b, parity);
+    }
+}
+
 /*
  * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
  * order. Use u of buffer b (the u-th time it is filled) first waits until the consumers have released
  * use u-1: the empty barrier's phase u-1 has completed, parity (u - 1) & 1.
  */
-template <int D>
+template <int D, int PAIR>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
-                                               int j0, int n_tiles, int bh) {
+                                               int n_tiles, int shared, int bh, unsigned rank) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
     for (int it = 0; it < n_tiles; ++it) {
-        const int buf = it % S, use = it / S, j = j0 - it;
+        const int buf = it % S, use = it / S, j = tile_at(it, shared);
         if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (uint32_t)((use - 1) & 1));
-        hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
+        hop_load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh, rank,
+                                      it < shared);
         if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (uint32_t)((use - 1) & 1));
-        hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
+        hop_load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh, rank,
+                                      it < shared);
     }
+    if (PAIR) wait_pair_released<D>(sm, shared);
 }
 
 /*
@@ -108,9 +154,9 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
  * online softmax, O *= alpha, wait for V_j, O += P V, release V_j. As in stage 07 each wgmma batch is
  * waited for at once; what is gone is the block-wide barrier.
  */
-template <int BF16, int D, int CAUSAL, int MASK>
+template <int BF16, int D, int CAUSAL, int PAIR, int MASK>
 static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
-                                                hop_rows<D> *r, int it, int j, int wg, int row0) {
+                                                hop_rows<D> *r, int it, int j, int wg, int row0, int shared) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
     const int buf = it % S;
     const uint32_t parity = (uint32_t)((it / S) & 1);
@@ -121,7 +167,7 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
     hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
     hop_wgmma_wait<0>();
     hop_settle(s);
-    hop_mbar_arrive(sm->k_empty + 8 * buf);
+    hop_release_kv<PAIR>(sm->k_empty + 8 * buf, shared);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pf);
@@ -130,20 +176,41 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
     hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + buf * KV);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    hop_mbar_arrive(sm->v_empty + 8 * buf);
+    hop_release_kv<PAIR>(sm->v_empty + 8 * buf, shared);
 }
 
-/* A consumer warpgroup's whole row block: the masked tiles first, then the plain ones, then O and LSE. */
-template <int BF16, int D, int CAUSAL>
+/* A pair's block past N (Tr odd) computes nothing; its consumers only pass each tile on, so that the
+ * other block's producer may refill the buffers it shares. */
+template <int D> static __device__ __forceinline__ void pass_tiles(const smem_layout *sm, int n_tiles) {
+    constexpr int S = stages_for(D);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int buf = it % S;
+        const uint32_t parity = (uint32_t)((it / S) & 1);
+        hop_mbar_wait(sm->k_full + 8 * buf, parity);
+        hop_release_kv<1>(sm->k_empty + 8 * buf, 1);
+        hop_mbar_wait(sm->v_full + 8 * buf, parity);
+        hop_release_kv<1>(sm->v_empty + 8 * buf, 1);
+    }
+}
+
+/* A consumer warpgroup's whole row block: the shared tiles (masked ones first, then the plain ones),
+ * then this block's own (masked), then O and LSE. */
+template <int BF16, int D, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm,
-                                               hop_key_range kr, int wg, int q0, int64_t bh) {
+                                               hop_key_range kr, int shared, int wg, int q0, int64_t bh) {
+    if (PAIR && q0 >= p->n) {
+        pass_tiles<D>(sm, kr.n_tiles);
+        return;
+    }
     hop_rows<D> r;
     hop_rows_init<D>(&r);
     const int row0 = q0 + hop_thread_row(wg);
     hop_mbar_wait(sm->q_full, 0);
-    int it = 0, j = kr.n_tiles - 1;
-    for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, CAUSAL, 1>(p, sm, &r, it, j, wg, row0);
-    for (; j >= 0; --j, ++it) key_tile<BF16, D, CAUSAL, 0>(p, sm, &r, it, j, wg, row0);
+    int it = 0, j = shared - 1;
+    for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 1);
+    for (; j >= 0; --j, ++it) key_tile<BF16, D, CAUSAL, PAIR, 0>(p, sm, &r, it, j, wg, row0, 1);
+    for (j = shared; j < kr.n_tiles; ++j, ++it)
+        key_tile<BF16, D, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 0);
     hop_store_o_lse<BF16, D>(p, &r, bh, row0);
 }
 
@@ -152,32 +219,42 @@ extern __shared__ __align__(1024) unsigned char smem_raw[];
 template <int BF16, int D, int CAUSAL>
 __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     warp_specialized_kernel(const __grid_constant__ hop_attn_params p) {
-    constexpr int BC = bc_for(D), S = stages_for(D);
+    constexpr int BC = bc_for(D), S = stages_for(D), PAIR = pairs_for(D);
+    /* arrivals that free a K/V buffer: every consumer thread; PAIR: every consumer warp of both blocks */
+    constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : CONSUMERS;
     int mb;
     const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
-    if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
+    if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole clusters, no barrier skipped */
     const int q0 = mb * BR;
     const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
     const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p.n);
+    /* the tiles the other block of the pair (row block mb ^ 1) visits too */
+    const int shared =
+        PAIR ? min(kr.n_tiles, hop_key_tiles<BR, BC, CAUSAL>((mb ^ 1) * BR, p.n).n_tiles) : kr.n_tiles;
 
     if (threadIdx.x == 0) {
         hop_mbar_init(sm.q_full, 1);
         for (int s = 0; s < S; ++s) {
             hop_mbar_init(sm.k_full + 8 * s, 1);
             hop_mbar_init(sm.v_full + 8 * s, 1);
-            hop_mbar_init(sm.k_empty + 8 * s, CONSUMERS);
-            hop_mbar_init(sm.v_empty + 8 * s, CONSUMERS);
+            hop_mbar_init(sm.k_empty + 8 * s, KV_READERS);
+            hop_mbar_init(sm.v_empty + 8 * s, KV_READERS);
         }
         hop_fence_barrier_init();
     }
-    __syncthreads();
+    /* PAIR: the other block's barriers must exist before our copies or arrivals reach them */
+    if (PAIR)
+        hop_cluster_sync();
+    else
+        __syncthreads();
     const int wg = (int)(threadIdx.x >> 7);
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
-        if (threadIdx.x == 0) produce<D>(&p, &sm, q0, kr.n_tiles - 1, kr.n_tiles, (int)bh);
+        if (threadIdx.x == 0)
+            produce<D, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, PAIR ? hop_cluster_rank() : 0u);
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-        consume<BF16, D, CAUSAL>(&p, &sm, kr, wg - 1, q0, bh);
+        consume<BF16, D, CAUSAL, PAIR>(&p, &sm, kr, shared, wg - 1, q0, bh);
     }
 }
 
@@ -188,10 +265,18 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = warp_specialized_kernel<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 08");
     if (st != ATTN_OK) return st;
-    dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
+    const unsigned tr = (unsigned)((kp->n + BR - 1) / BR);
+    dim3 grid(pairs_for(D) ? (tr + 1u) & ~1u : tr, (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
-    return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
-                      "stage 08 kernel (warp_specialized_kernel)");
+    if (!pairs_for(D))
+        return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
+                          "stage 08 kernel (warp_specialized_kernel)");
+    int fit = 0;
+    if ((st = hop_pair_clusters_fit((const void *)kern, THREADS, smem_bytes(D), "stage 08's D = 128 kernel",
+                                    &fit)) != ATTN_OK)
+        return st;
+    return hop_launch_pairs((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
+                            "stage 08 kernel (warp_specialized_kernel, clusters of two)");
 }
 
-HOP_STAGE_ENTRY(stage08_run, "08")
+HOP_STAGE_ENTRY_PER_PROBLEM(stage08_run, "08")

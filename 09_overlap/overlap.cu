@@ -163,28 +163,10 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
 }
 
 /* This block's rank in its cluster (0 for single blocks), read once per role at the kernel's start:
- * work_units.h's unit_item() and the producer's half of a shared tile (load_kv_tile) depend on it;
+ * work_units.h's unit_item() and the producer's half of a shared tile (hop_load_kv_tile) depend on it;
  * release_kv() reads it where it maps the other block's barrier */
 template <int PAIR> static __device__ __forceinline__ unsigned pair_rank(void) {
     return PAIR ? hop_cluster_rank() : 0u;
-}
-
-/* K_j or V_j into the ring. PAIR: the maps' boxes are half tiles. On a shared head, this block's half
- * of the keys, written into both blocks of the cluster; each block announces the whole tile on its own
- * barrier, since both halves land there. On a pair that straddles two heads, both halves of its own. */
-template <int D, int BC, int PAIR>
-static __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                                    int key0, int bh, unsigned rank, int shared_kv) {
-    if (!PAIR) {
-        hop_load_tile<D>(dst, map, bar, BC, key0, bh);
-        return;
-    }
-    hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(BC, D));
-    if (shared_kv) {
-        hop_load_tile_part_multicast<D>(dst, map, bar, BC, (int)rank * (BC / 2), key0, bh, 0x3);
-        return;
-    }
-    for (int half = 0; half < 2; ++half) hop_load_tile_part<D>(dst, map, bar, BC, half * (BC / 2), key0, bh);
 }
 
 /* A consumer has read K_j or V_j. With a ring of two stages (D = 128, 256) the producer's refill of this
@@ -199,14 +181,7 @@ static __host__ __device__ constexpr int release_per_warp(int d, int pair) {
     return pair || stages_for(d) == 2;
 }
 template <int D, int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
-    if (!release_per_warp(D, PAIR)) {
-        hop_mbar_arrive(bar);
-        return;
-    }
-    __syncwarp();
-    if ((threadIdx.x & 31) != 0) return;
-    hop_mbar_arrive(bar);
-    if (PAIR) hop_mbar_arrive_cluster(hop_cluster_map(bar, hop_cluster_rank() ^ 1u));
+    hop_release_kv<release_per_warp(D, PAIR)>(bar, PAIR);
 }
 
 /*
@@ -236,11 +211,11 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
             for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
                 const uint32_t buf = it % S, use = it / S;
                 if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
-                load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh, rank,
-                                          w.shared_kv);
+                hop_load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh,
+                                              rank, w.shared_kv);
                 if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
-                load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh, rank,
-                                          w.shared_kv);
+                hop_load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh,
+                                              rank, w.shared_kv);
             }
         }
 }
@@ -479,27 +454,16 @@ __global__ void __launch_bounds__(threads_for(D), 1)
 /* ---- host side ----------------------------------------------------------------------------------- */
 
 /* Clusters of two blocks, as many as fit at once (a cluster's blocks share a GPC: with an odd number
- * of free SMs in a GPC one stays idle), never more than there are units. The occupancy query is asked
- * on every launch, as the shared-memory opt-in is: each cost about 0.4 us a call on the H200 (a probe
- * of 20000 calls), against 4.3 us to launch a cluster kernel, so neither is cached. */
+ * of free SMs in a GPC one stays idle), never more than there are units. */
 static attn_status launch_pairs(void (*kern)(const overlap_params), const overlap_params *kp, int64_t units,
-                                int threads, int smem, int sms, cudaStream_t stream) {
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(sms & ~1)), cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
-    cfg.attrs = &cluster, cfg.numAttrs = 1;
+                                int threads, int smem, cudaStream_t stream) {
     int fit = 0;
-    ATTN_CUDA(cudaOccupancyMaxActiveClusters(&fit, (const void *)kern, &cfg));
-    if (fit < 1)
-        return attn_fail(ATTN_EUNSUPPORTED,
-                         "stage 09: its D = 128 non-causal kernel runs in clusters of two "
-                         "blocks and none fits on this GPU (stage 08 runs without clusters)");
-    cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
-    return hop_launch_status(cudaLaunchKernelEx(&cfg, kern, *kp),
-                             "stage 09 kernel (overlap_kernel, clusters of two)");
+    attn_status st = hop_pair_clusters_fit((const void *)kern, (unsigned)threads, smem,
+                                           "stage 09's D = 128 non-causal kernel", &fit);
+    if (st != ATTN_OK) return st;
+    const dim3 grid((unsigned)(2 * (units < fit ? units : fit)));
+    return hop_launch_pairs((const void *)kern, grid, (unsigned)threads, smem, stream, (void *)kp,
+                            "stage 09 kernel (overlap_kernel, clusters of two)");
 }
 
 /* One block per SM (a block takes 152-208 KB of shared memory: one fits), never more than there are
@@ -527,7 +491,7 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
         return hop_launch((const void *)kern, dim3((unsigned)blocks), threads_for(D), smem_bytes(D, BC),
                           stream, &op, "stage 09 kernel (overlap_kernel)");
     }
-    return launch_pairs(kern, &op, units, threads_for(D), smem_bytes(D, BC), sms, stream);
+    return launch_pairs(kern, &op, units, threads_for(D), smem_bytes(D, BC), stream);
 }
 
 /* The kernel with the Bc that tile_keys() chose (the K/V boxes come from keys_per_tile()): only D = 128

@@ -75,8 +75,8 @@ static __device__ __forceinline__ void hop_load_tile(uint32_t dst, const CUtenso
 }
 
 /* The same rows of a tile, written into the same place in every block of cta_mask, each block counting
- * the bytes on its own mbarrier `bar`; the caller announces the bytes that will land (stage 09's pairs:
- * the whole tile, both halves). */
+ * the bytes on its own mbarrier `bar`; the caller announces the bytes that will land (the pairs of
+ * hop_load_kv_tile: the whole tile, both halves). */
 template <int D>
 static __device__ __forceinline__ void hop_load_tile_part_multicast(uint32_t dst, const CUtensorMap *map,
                                                                     uint32_t bar, int rows, int first,
@@ -85,6 +85,39 @@ static __device__ __forceinline__ void hop_load_tile_part_multicast(uint32_t dst
     for (int c = 0; c < D / 64; ++c)
         hop_tma_load_3d_multicast(hop_tile_region(dst, rows, c, first), map, bar, c * 64, row0 + first, bh,
                                   cta_mask);
+}
+
+/* K_j or V_j into a ring buffer (one thread). PAIR (stages 08 and 09's pairs of blocks, a 2-block
+ * cluster; the maps' K/V boxes are then half tiles): each block announces the whole tile on its own
+ * barrier, since both halves land there; a tile both blocks visit (`shared`) is loaded half by each,
+ * its half (`rank`) written into both blocks by multicast; a tile of this block only, both halves. */
+template <int D, int BC, int PAIR>
+static __device__ __forceinline__ void hop_load_kv_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                        int key0, int bh, unsigned rank, int shared) {
+    if (!PAIR) {
+        hop_load_tile<D>(dst, map, bar, BC, key0, bh);
+        return;
+    }
+    hop_mbar_arrive_expect_tx(bar, (uint32_t)hop_tile_bytes(BC, D));
+    if (shared) {
+        hop_load_tile_part_multicast<D>(dst, map, bar, BC, (int)rank * (BC / 2), key0, bh, 0x3);
+        return;
+    }
+    for (int half = 0; half < 2; ++half) hop_load_tile_part<D>(dst, map, bar, BC, half * (BC / 2), key0, bh);
+}
+
+/* A consumer has read a K or V buffer: it arrives on the buffer's empty barrier. PER_WARP: once a warp,
+ * when all its lanes are done (the barrier counts warps), and with `remote` also on the other block's
+ * barrier, whose producer refills its half of both blocks' buffers (pairs). */
+template <int PER_WARP> static __device__ __forceinline__ void hop_release_kv(uint32_t bar, int remote) {
+    if (!PER_WARP) {
+        hop_mbar_arrive(bar);
+        return;
+    }
+    __syncwarp();
+    if ((threadIdx.x & 31) != 0) return;
+    hop_mbar_arrive(bar);
+    if (remote) hop_mbar_arrive_cluster(hop_cluster_map(bar, hop_cluster_rank() ^ 1u));
 }
 
 /* S = Q K^T issued (not waited for): D/16 wgmma of 64 x Bc x 16. Step kk reads columns 16kk .. 16kk+15

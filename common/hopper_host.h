@@ -77,9 +77,18 @@ attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what
 attn_status hop_launch(const void *kernel, dim3 grid, unsigned threads, int smem_bytes, cudaStream_t stream,
                        void *params, const char *what);
 
-/* The status of a launch made elsewhere (stage 09's clusters: cudaLaunchKernelEx), by hop_launch's
- * rule: e is this launch's own error; it is reported, and cleared so that no later call reports it. */
+/* The status of a launch made elsewhere, by hop_launch's rule: e is this launch's own error; it is
+ * reported, and cleared so that no later call reports it. */
 attn_status hop_launch_status(cudaError_t e, const char *what);
+
+/* Pairs of blocks (stages 08 and 09): clusters of two along x, which the GPU places on two SMs of one
+ * GPC. hop_pair_clusters_fit sets *fit to how many such clusters of kernel run at once, and fails with
+ * ATTN_EUNSUPPORTED, naming `what`, when none does; hop_launch_pairs launches grid (grid.x even) as
+ * clusters of two, by hop_launch's rule. */
+attn_status hop_pair_clusters_fit(const void *kernel, unsigned threads, int smem_bytes, const char *what,
+                                  int *fit);
+attn_status hop_launch_pairs(const void *kernel, dim3 grid, unsigned threads, int smem_bytes,
+                             cudaStream_t stream, void *params, const char *what);
 
 #ifdef __cplusplus
 }
