@@ -22,7 +22,7 @@
  * consumer warps of both blocks, so neither half is refilled before both have read it. L2 then sends
  * each K/V byte once per pair: a 64 KB K/V tile feeds 128 query rows, about 4.7 TB/s from L2 at 600
  * TFLOP/s, now halved. On the H200, which runs at its 700 W power cap under this load, bytes not moved
- * are clock kept: +3 to +4% non-causal, +1 to +3% causal at N = 4096-16384 (README). Stage 07 could
+ * are clock kept: +2 to +4% non-causal, +1 to +3% causal at N = 4096-16384 (README). Stage 07 could
  * share only by meeting at a cluster barrier every tile; here the empty barriers already say when.
  *
  * Changed versus stage 07: 384 threads instead of 256; the refill moved from the end of the consumer's
