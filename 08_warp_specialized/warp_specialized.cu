@@ -64,13 +64,10 @@ static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 
  * are then half tiles. D = 64 and 256 keep single blocks: in stage 09, pairs gained nothing that its
  * run-to-run swings did not cover there (D = 64: 0 to +1%; D = 256: -0.2 to +1.3%).
  * WARP_SPECIALIZED_NO_PAIRS builds D = 128 without pairs, to time the split of roles alone. */
-static __host__ __device__ constexpr int pairs_for(int d) {
-#ifdef WARP_SPECIALIZED_NO_PAIRS
-    return 0 * d;
-#else
-    return d == 128;
+#ifndef WARP_SPECIALIZED_NO_PAIRS
+#define WARP_SPECIALIZED_NO_PAIRS 0 /* -DWARP_SPECIALIZED_NO_PAIRS defines it as 1 */
 #endif
-}
+static __host__ __device__ constexpr int pairs_for(int d) { return d == 128 && !WARP_SPECIALIZED_NO_PAIRS; }
 static int keys_per_tile(int d, int, int64_t) { return bc_for(d) / (pairs_for(d) ? 2 : 1); }
 /* __launch_bounds__'s minimum blocks per SM */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
