@@ -116,9 +116,8 @@ static __device__ __forceinline__ int tile_at(int it, int shared) {
 template <int D>
 static __device__ __forceinline__ void wait_pair_released(const smem_layout *sm, int shared) {
     constexpr int S = stages_for(D);
-    for (int b = 0; b < S && b < shared; ++b) {
-        const uint32_t parity =
-            (uint32_t)(((shared - 1 - b) / S) & 1); /* use of tile b + S k, k as large as fits */
+    for (int b = 0; b < S && b < shared; ++b) { /* buffer b's last shared tile: b + S u, u its use */
+        const uint32_t parity = (uint32_t)(((shared - 1 - b) / S) & 1);
         hop_mbar_wait(sm->k_empty + 8 * b, parity);
         hop_mbar_wait(sm->v_empty + 8 * b, parity);
     }
