@@ -104,12 +104,17 @@ static void temp_dir_and_csv(char *dir, char *csv, size_t cap) {
     snprintf(csv, cap, "%s/b.csv", dir);
 }
 
-/* A new folder and csv as temp_dir_and_csv, then `attn-bench FLAGS --csv csv`, which must exit 0 */
-static void bench_into_fresh_csv(char *dir, char *csv, size_t cap, const char *flags) {
+/* A new folder and csv as temp_dir_and_csv, a link planted there first when `link` is not NULL
+ * (plant_link), then `attn-bench FLAGS --csv csv`, which must exit 0 */
+static void bench_beside_link(char *dir, char *csv, size_t cap, const char *link, const char *flags) {
     char args[2048];
     temp_dir_and_csv(dir, csv, cap);
+    if (link) plant_link(dir, link);
     snprintf(args, sizeof args, "%s --csv %s", flags, csv);
     cr_assert_eq(bench(args), 0, "%s", out);
+}
+static void bench_into_fresh_csv(char *dir, char *csv, size_t cap, const char *flags) {
+    bench_beside_link(dir, csv, cap, NULL, flags);
 }
 
 Test(bench, bad_flags_exit_2_naming_what_they_take) {
@@ -190,12 +195,8 @@ Test(bench, cpu_only_sweep_writes_one_checked_row_per_stage_and_point) {
 }
 
 Test(bench, csv_is_never_written_through_a_planted_file) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], args[1024];
-    cr_assert_not_null(mkdtemp(dir));
-    plant_link(dir, "b.csv.tmp");
-    snprintf(args, sizeof args, SWEEP " --commit t2 --csv %s/b.csv", dir);
-    cr_assert_eq(bench(args), 0, "%s", out);
-    snprintf(path, sizeof path, "%s/b.csv", dir);
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600];
+    bench_beside_link(dir, path, sizeof path, "b.csv.tmp", SWEEP " --commit t2");
     struct stat st;
     cr_assert_eq(lstat(path, &st), 0);
     cr_assert(S_ISREG(st.st_mode), "b.csv is not a regular file");
@@ -234,9 +235,7 @@ Test(bench, unwritable_csv_exits_2_and_leaves_nothing) {
 /* bench/report.sh merge, which make bench runs after attn-bench: the same rule for its output. */
 Test(bench, report_merge_is_never_written_through_a_planted_file) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], cmd[2048];
-    temp_dir_and_csv(dir, csv, sizeof csv);
-    snprintf(cmd, sizeof cmd, "%s " SWEEP " --commit t3 --csv %s", bench_bin(), csv);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    bench_into_fresh_csv(dir, csv, sizeof csv, SWEEP " --commit t3");
     plant_link(dir, "m.csv.tmp");
     snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s", dir, csv);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
@@ -729,12 +728,8 @@ Test(bench, commit_keeps_300_bytes) {
 /* A --csv that is a symbolic link is replaced by the CSV (the rename replaces the link); the file it
  * pointed to is never written. */
 Test(bench, csv_that_is_a_link_is_replaced_not_written_through) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], path[600];
-    cr_assert_not_null(mkdtemp(dir));
-    plant_link(dir, "b.csv");
-    snprintf(path, sizeof path, "%s/b.csv", dir);
-    snprintf(args, sizeof args, TINY " --commit t5 --csv %s", path);
-    cr_assert_eq(bench(args), 0, "%s", out);
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600];
+    bench_beside_link(dir, path, sizeof path, "b.csv", TINY " --commit t5");
     struct stat st;
     cr_assert(lstat(path, &st) == 0 && S_ISREG(st.st_mode), "b.csv is not a regular file");
     cr_assert(strstr(slurp(path), ",t5,01,"), "%s", slurp(path));
