@@ -117,6 +117,13 @@ static void bench_into_fresh_csv(char *dir, char *csv, size_t cap, const char *f
     bench_beside_link(dir, csv, cap, NULL, flags);
 }
 
+/* path exists and is a regular file, not a link (lstat) */
+static void expect_regular_file(const char *path) {
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+    cr_assert(S_ISREG(st.st_mode), "%s is not a regular file", path);
+}
+
 Test(bench, bad_flags_exit_2_naming_what_they_take) {
     EXPECT_BAD("--batch 0", "--batch must be an integer from 1 to 1048576 (got '0')");
     EXPECT_BAD("--heads x", "--heads must be an integer from 1 to 1048576 (got 'x')");
@@ -197,9 +204,7 @@ Test(bench, cpu_only_sweep_writes_one_checked_row_per_stage_and_point) {
 Test(bench, csv_is_never_written_through_a_planted_file) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600];
     bench_beside_link(dir, path, sizeof path, "b.csv.tmp", SWEEP " --commit t2");
-    struct stat st;
-    cr_assert_eq(lstat(path, &st), 0);
-    cr_assert(S_ISREG(st.st_mode), "b.csv is not a regular file");
+    expect_regular_file(path);
     expect_sweep_rows(path, "t2");
     cr_assert_eq(count_entries(dir), 3, "want victim, the planted link and b.csv only");
     expect_victim_kept_and_clean(dir);
@@ -730,8 +735,7 @@ Test(bench, commit_keeps_300_bytes) {
 Test(bench, csv_that_is_a_link_is_replaced_not_written_through) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600];
     bench_beside_link(dir, path, sizeof path, "b.csv", TINY " --commit t5");
-    struct stat st;
-    cr_assert(lstat(path, &st) == 0 && S_ISREG(st.st_mode), "b.csv is not a regular file");
+    expect_regular_file(path);
     cr_assert(strstr(slurp(path), ",t5,01,"), "%s", slurp(path));
     cr_assert_eq(count_entries(dir), 2, "want victim and b.csv only");
     expect_victim_kept_and_clean(dir);
@@ -841,8 +845,7 @@ Test(bench, report_merge_replaces_a_link_out) {
     snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/m.csv %s", dir, path);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     snprintf(cmd, sizeof cmd, "%s/m.csv", dir);
-    struct stat st;
-    cr_assert(lstat(cmd, &st) == 0 && S_ISREG(st.st_mode), "m.csv is not a regular file");
+    expect_regular_file(cmd);
     cr_assert(strstr(slurp(cmd), ",01,cpu,"), "%s", slurp(cmd));
     snprintf(cmd, sizeof cmd, "test -p %s/fifo && rm %s/fifo %s/m.csv %s && rmdir %s", dir, dir, dir, path, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "the FIFO was replaced, or files were left: %s", out);
