@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     tma_wgmma_kernel(const __grid_constant__ hop_attn_params p) {
     constexpr int BC = bc_for(D);
     int mb;
-    const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
+    const int64_t bh = hop_block_head<CAUSAL, 1>(&p, &mb);
     if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
     const int q0 = mb * BR;
     const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);

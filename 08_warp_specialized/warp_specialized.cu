@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     /* arrivals that free a K/V buffer: every consumer thread; PAIR: every consumer warp of both blocks */
     constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : CONSUMERS;
     int mb;
-    const int64_t bh = hop_block_head<CAUSAL>(&p, &mb);
+    const int64_t bh = hop_block_head<CAUSAL, PAIR + 1>(&p, &mb); /* pairs: units of two row blocks */
     if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole clusters, no barrier skipped */
     const int q0 = mb * BR;
     const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "fast_math.cuh"
+#include "grid_order.h"
 #include "hopper.cuh"
 #include "hopper_host.h"
 
@@ -26,14 +27,16 @@
 
 static __host__ __device__ constexpr int hop_tile_bytes(int rows, int d) { return rows * d * 2; }
 
-/* Which head and which row tile this block computes. Grid (Tr, min(B*H, 65535), ceil(B*H / 65535)): the
- * row tiles of a head run together (its K and V stay in L2); causal heads run from the last row tile
- * (the most key tiles) to the first, so the light tiles end the grid. Returns -1 past B*H. */
-template <int CAUSAL>
+/* Which head and which row tile this block computes (grid_order.h: a head's row tiles together;
+ * causal, the last heads longest first across them, so that the light tiles end the grid). UNIT: 2 for
+ * pairs of blocks (stage 08's clusters of two), which take two adjacent row tiles of one head.
+ * Returns -1 past B*H. */
+template <int CAUSAL, int UNIT>
 static __device__ __forceinline__ int64_t hop_block_head(const hop_attn_params *p, int *mb) {
-    const int64_t bh = (int64_t)blockIdx.z * gridDim.y + blockIdx.y;
-    *mb = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    return bh < p->bh ? bh : -1;
+    const grid_item it =
+        grid_order(CAUSAL, UNIT, p->bh, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y);
+    *mb = it.row_block;
+    return it.bh;
 }
 
 /* The key tiles a row tile q0 .. q0 + Br - 1 visits, as in stage 06: 0 .. n_tiles - 1 (causal: up to the
