@@ -16,7 +16,7 @@
  * before the tail keep the head-after-head order, in which the blocks at work share a few heads' K
  * and V in L2: ordering every head's blocks longest first (in groups of 16 MB of K and V) measured
  * 0.6-2% slower at B = 4, H = 32, N = 16384, where the tail costs 0.2%. Measured on the H200 (08
- * README): +11-32% at B = 1, H = 16, N = 4096 and B = 2, H = 8, N = 4097, within 0.5% at B = 4, H = 32,
+ * README): +11-32% at B = 1, H = 16, N = 4096 and B = 2, H = 8, N = 4097, -0.5 to +1% at B = 4, H = 32,
  * N = 8192-16384. Stage 09's persistent grid cuts its tail the same way (work_units.h).
  * Pairs (stage 08 at D = 128: clusters of two along x) go as units of two adjacent row blocks, 2t and
  * 2t + 1 of one head; the cluster's rank 0 takes 2t + 1.
