@@ -36,9 +36,10 @@ static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000, 1100};
 /* GPU stages also run B = 3, H = 71 at this N: an odd count of row blocks in all (Tr = 3 at Br = 128),
  * where stage 09's pairs of row blocks straddle two heads and the last pair's second block has no row
  * block of its own (stage 08's pairs, one head each, have such a block in every head at an odd Tr:
- * here, and at N = 1-127 and 1100); and 213 heads, more than stage 09's causal tail of single row blocks takes on up
- * to 132 SMs (396 row blocks: 132 heads at Tr = 3, 198 at D = 64's Tr = 2), so that (long, short)
- * units run before it (09_overlap/work_units.h). B = 2, H = 3 never makes that count odd. */
+ * here, and at N = 1-127 and 1100); and 213 heads, more than a causal tail of about 396 row blocks
+ * holds (132 heads at Tr = 3, 198 at D = 64's Tr = 2), so that heads run before the tail: stage 09's
+ * (long, short) units (09_overlap/work_units.h), stages 07 and 08's heads one after another
+ * (common/grid_order.h). B = 2, H = 3 never makes that count odd. */
 #define ODD_HEADS_N 300
 /* The hostile inputs at fewer shapes: a short row, a ragged tail and a long one. */
 static const int hostile_N[] = {17, 129, 1000};
