@@ -32,7 +32,8 @@
 #define GRID_ORDER_FN static inline
 #endif
 
-/* The tail: three row blocks for each of the H200's 132 SMs (a GPU with fewer SMs gets a longer one) */
+/* The tail: three row blocks for each of the H200's 132 SMs. A constant, as no sm_90 GPU has more SMs (H100
+ * PCIe 114, H20 78): there the same tail is more waves, which the replay finds at least as even. */
 #define GRID_TAIL_BLOCKS 396
 
 /* What block (x, y, z) of a grid (gx, gy, *) computes: row block `row_block` of head `bh`; bh = -1
