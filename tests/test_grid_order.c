@@ -155,6 +155,7 @@ static void replay_block(grid_item it, int64_t at, void *c) {
     rc->sm[best] += it.row_block + 2;
 }
 static double replay_order(const shape *s, int sms, int head_after_head) {
+    cr_assert(sms > 0 && sms <= REPLAY_MAX_SMS, "replay on %d SMs: 1 to %d", sms, REPLAY_MAX_SMS);
     replay_ctx c = {{0}, s->n, sms};
     if (head_after_head) /* stages 03-06: head by head, each head's row blocks longest first */
         for (int64_t h = 0; h < s->bh; ++h)
