@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            produce<D, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, PAIR ? hop_cluster_rank() : 0u);
+            produce<D, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, hop_pair_rank<PAIR>());
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
         consume<BF16, D, CAUSAL, PAIR>(&p, &sm, kr, shared, wg - 1, q0, bh);

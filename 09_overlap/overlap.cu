@@ -162,13 +162,6 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     return s;
 }
 
-/* This block's rank in its cluster (0 for single blocks), read once per role at the kernel's start:
- * work_units.h's unit_item() and the producer's half of a shared tile (hop_load_kv_tile) depend on it;
- * release_kv() reads it where it maps the other block's barrier */
-template <int PAIR> static __device__ __forceinline__ unsigned pair_rank(void) {
-    return PAIR ? hop_cluster_rank() : 0u;
-}
-
 /* A consumer has read K_j or V_j. With a ring of two stages (D = 128, 256) the producer's refill of this
  * buffer waits for the release, and 256 arrivals on one mbarrier are served one after another: there
  * each warp arrives once, when all its lanes are done (road table: D = 128 causal +3 to +6% at B = 4,
@@ -436,7 +429,7 @@ __global__ void __launch_bounds__(threads_for(D), 1)
     else
         __syncthreads();
     const int wg = (int)(threadIdx.x >> 7);
-    const unsigned rank = pair_rank<PAIR>();
+    const unsigned rank = hop_pair_rank<PAIR>(); /* read once, passed to both roles */
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0) produce<D, BC, CAUSAL, PAIR>(&p, &sm, rank);

@@ -109,6 +109,12 @@ static __device__ __forceinline__ void hop_load_kv_tile(uint32_t dst, const CUte
     for (int half = 0; half < 2; ++half) hop_load_tile_part<D>(dst, map, bar, BC, half * (BC / 2), key0, bh);
 }
 
+/* This block's rank in its pair (its 2-block cluster), 0 for a single block: the half of a shared K/V
+ * tile its producer loads (hop_load_kv_tile) and, in stage 09, which of the pair's two items it takes. */
+template <int PAIR> static __device__ __forceinline__ unsigned hop_pair_rank(void) {
+    return PAIR ? hop_cluster_rank() : 0u;
+}
+
 /* A consumer has read a K or V buffer: it arrives on the buffer's empty barrier. PER_WARP: once a warp,
  * when all its lanes are done (the barrier counts warps), and with `remote` also on the other block's
  * barrier, whose producer refills its half of both blocks' buffers (pairs). */
