@@ -22,6 +22,8 @@
 
 #include <stdint.h>
 
+#include "grid_order.h" /* grid_tail_heads, TAIL_ROUNDS: the tail's size, as stages 07 and 08 count it */
+
 #ifdef __CUDACC__
 #define WORK_UNITS_FN static __host__ __device__ __forceinline__
 #else
@@ -29,12 +31,11 @@
 #endif
 
 /* Causal: the last heads, cut into single row blocks (all of them if there are fewer): enough for about
- * three items per block of a grid of `grid` blocks, so that the long ones and the short ones even out.
- * Three rounds of row blocks on 132 SMs are 20-52 MB of K and V (D = 64 to 256; the H200 has 50 MB of L2). */
-#define TAIL_ROUNDS 3
+ * TAIL_ROUNDS = 3 items per block of a grid of `grid` blocks, so that the long ones and the short ones
+ * even out. Three rounds of row blocks on 132 SMs are 20-52 MB of K and V (D = 64 to 256; the H200 has
+ * 50 MB of L2). */
 WORK_UNITS_FN int64_t tail_heads(int tr, int64_t heads, unsigned grid) {
-    const int64_t want = (TAIL_ROUNDS * (int64_t)grid + tr - 1) / tr;
-    return want < heads ? want : heads;
+    return grid_tail_heads(TAIL_ROUNDS * grid, (unsigned)tr, heads);
 }
 
 /* Units of a problem of `heads` heads (B x H) with Tr = tr row blocks each, for a grid of `grid` blocks.

@@ -33,8 +33,10 @@
 #endif
 
 /* The tail: three row blocks for each of the H200's 132 SMs. A constant, as no sm_90 GPU has more SMs (H100
- * PCIe 114, H20 78): there the same tail is more waves, which the replay finds at least as even. */
-#define GRID_TAIL_BLOCKS 396
+ * PCIe 114, H20 78): there the same tail is more waves, which the replay finds at least as even. Stage
+ * 09's persistent grid takes TAIL_ROUNDS rounds of its own grid instead (work_units.h). */
+#define TAIL_ROUNDS 3
+#define GRID_TAIL_BLOCKS (TAIL_ROUNDS * 132)
 
 /* What block (x, y, z) of a grid (gx, gy, *) computes: row block `row_block` of head `bh`; bh = -1
  * for a block past the B*H heads (the last grid.z slice may reach past them). */
@@ -43,9 +45,11 @@ typedef struct {
     int row_block;
 } grid_item;
 
-/* The heads of the tail among `heads` heads of `gx` blocks each: at least 1, at most `heads`. */
-GRID_ORDER_FN int64_t grid_tail_heads(int64_t heads, unsigned gx) {
-    const int64_t tail = (GRID_TAIL_BLOCKS + gx - 1) / gx;
+/* The heads of a causal tail of about `tail_blocks` row blocks, among `heads` heads of `row_blocks`
+ * each: enough heads to hold them, at least 1, at most `heads`. 32-bit division (a few hundred blocks,
+ * Tr <= 2^24): a 64-bit one is a called routine on the GPU. */
+GRID_ORDER_FN int64_t grid_tail_heads(unsigned tail_blocks, unsigned row_blocks, int64_t heads) {
+    const int64_t tail = (tail_blocks + row_blocks - 1) / row_blocks;
     return tail < heads ? tail : heads;
 }
 
@@ -62,7 +66,7 @@ GRID_ORDER_FN grid_item grid_order(int causal, int unit, int64_t bh, unsigned x,
     const int64_t per_head = gx / (unsigned)unit;              /* units (row blocks or pairs) a head */
     const int64_t q = ((int64_t)y * gx + x) / unit;            /* the unit's place in launch order */
     if (q >= heads * per_head) return it;
-    const int64_t tail = grid_tail_heads(heads, gx), before = (heads - tail) * per_head;
+    const int64_t tail = grid_tail_heads(GRID_TAIL_BLOCKS, gx, heads), before = (heads - tail) * per_head;
     int64_t head, t;
     if (q < before) { /* head after head, each head's units longest first */
         head = q / per_head;

@@ -117,7 +117,7 @@ Test(grid_order, causal_heads_in_turn_then_the_tail_side_by_side) {
         walk(s, 1, span, &c);
         const unsigned gx = grid_x(s);
         const int64_t slice0 = (s->bh - 1) / s->gy * s->gy, heads = s->bh - slice0;
-        const int64_t tail = grid_tail_heads(heads, gx);
+        const int64_t tail = grid_tail_heads(GRID_TAIL_BLOCKS, gx, heads);
         for (int64_t h = slice0; h < s->bh; ++h) {
             const int64_t blocks = c.last[h] - c.first[h] + 1; /* places from its first block to its last */
             if (h < s->bh - tail)
