@@ -110,7 +110,8 @@ static __device__ __forceinline__ void hop_load_kv_tile(uint32_t dst, const CUte
 }
 
 /* This block's rank in its pair (its 2-block cluster), 0 for a single block: the half of a shared K/V
- * tile its producer loads (hop_load_kv_tile) and, in stage 09, which of the pair's two items it takes. */
+ * tile its producer loads (hop_load_kv_tile) and, in stage 09, which row block of the pair's unit it
+ * computes (work_units.h's pair_item). */
 template <int PAIR> static __device__ __forceinline__ unsigned hop_pair_rank(void) {
     return PAIR ? hop_cluster_rank() : 0u;
 }
