@@ -35,8 +35,9 @@
 /* The tail: three row blocks for each of the H200's 132 SMs. A constant, as no sm_90 GPU has more SMs (H100
  * PCIe 114, H20 78): there the same tail is more waves, which the replay finds at least as even. Stage
  * 09's persistent grid takes TAIL_ROUNDS rounds of its own grid instead (work_units.h). */
+#define GRID_MAX_SMS 132 /* the most SMs of any sm_90 GPU (H100 and H200 SXM) */
 #define TAIL_ROUNDS 3
-#define GRID_TAIL_BLOCKS (TAIL_ROUNDS * 132)
+#define GRID_TAIL_BLOCKS (TAIL_ROUNDS * GRID_MAX_SMS)
 
 /* What block (x, y, z) of a grid (gx, gy, *) computes: row block `row_block` of head `bh`; bh = -1
  * for a block past the B*H heads (the last grid.z slice may reach past them). */

@@ -140,7 +140,7 @@ Test(grid_order, causal_heads_in_turn_then_the_tail_side_by_side) {
 /* A replay of the causal grid on `sms` SMs, one block each (stage 07 and 08 at D = 128): blocks start in
  * launch order on the SM that frees first and cost their key tiles + 1 (Br = Bc = 128: row block i
  * visits i + 1 tiles). Returns the busiest SM's time over the mean: 1 is even. */
-#define REPLAY_MAX_SMS 132
+#define REPLAY_MAX_SMS GRID_MAX_SMS
 typedef struct {
     double sm[REPLAY_MAX_SMS];
     int64_t n;
@@ -167,11 +167,10 @@ static double replay_order(const shape *s, int sms, int head_after_head) {
     return most / (sum / sms);
 }
 
-/* GRID_TAIL_BLOCKS is a constant, three waves of the H200's 132 SMs: no sm_90 GPU has more (H100 and
- * H200 SXM 132, H100 PCIe 114, H20 78), and on fewer SMs the same tail is more waves, which the replay
- * finds at least as even. */
+/* GRID_TAIL_BLOCKS is a constant, three waves of GRID_MAX_SMS (grid_order.h says why): replayed on the
+ * sm_90 SM counts, H100/H200 SXM 132, H100 PCIe 114 and H20 78. */
 Test(grid_order, causal_grid_ends_together) {
-    static const int gpus[] = {132, 114, 78};
+    static const int gpus[] = {GRID_MAX_SMS, 114, 78};
     const shape bench = {128, 4096, 1, 65535}, few_heads = {16, 4096, 1, 65535};
     for (unsigned g = 0; g < sizeof gpus / sizeof gpus[0]; ++g) {
         const int sms = gpus[g];
