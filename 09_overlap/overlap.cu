@@ -25,8 +25,9 @@
  * barrier so that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a
  * tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
- * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%), and O stored through
- * shared memory by the copy engine where the staging fits (store_o_through_tma(), +1-8%).
+ * half of it and TMA multicast writes that half into both (use_pairs(), +1-6%). O leaves through the
+ * copy engine as in stage 08 (hop_store_o_through_tma(), +1-8% here), but from a staging buffer of its
+ * own where that fits: the Q tile, 08's staging, is already being refilled for the next work unit.
  *
  * Limits: as stage 07 (head dim 64, 128, 256; fp16, bf16; sm_90 only; N <= 2^30; B*H <= 2^31).
  *
@@ -40,14 +41,6 @@
 #include "hopper_attn.cuh"
 #include "stage09.h"
 #include "work_units.h"
-
-/* The Hopper stages' parameters and, for the kernels that store O through the copy engine
- * (stores_o_by_tma), a tensor map of O with boxes of 64 columns x 64 rows (one consumer warpgroup's
- * rows); zeros for the others. */
-typedef struct {
-    hop_attn_params a;
-    CUtensorMap o_map;
-} overlap_params;
 
 /*
  * ---- tiles ----------------------------------------------------------------------------------------
@@ -122,7 +115,7 @@ static __host__ __device__ constexpr int smem_without_staging(int d, int bc) {
            8 * (2 + 4 * stages_for(d)) + 1024;
 }
 /* Where shared memory has room for it (227 KB a block), each consumer warpgroup stages its 64-row tile
- * of O there and the copy engine stores it (store_o_through_tma): D = 64 (+24 KB), D = 128 with 128-key
+ * of O there and the copy engine stores it (hop_store_o_through_tma): D = 64 (+24 KB), D = 128 with 128-key
  * tiles (+32 KB). The 192-key tiles at D = 128 and D = 256's tiles leave no room: they store O from
  * registers. */
 static __host__ __device__ constexpr int o_staging_bytes(int d, int bc) {
@@ -315,52 +308,15 @@ static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, 
     release_kv<D, PAIR>(sm->v_empty + 8 * prev);
 }
 
-/*
- * O through the copy engine (stores_o_by_tma). The warpgroup writes its 64-row tile of O / l into its
- * staging buffer as D / 64 regions of 64 rows x 128 bytes, each in the 128-byte swizzle of the O map
- * (16-byte chunk c of row r at chunk c ^ (r & 7): a warp's store of one chunk column reaches 8 rows in 8
- * different chunks, all 32 banks), then one thread asks the engine to write the boxes to global memory,
- * which drops the rows past N. Before the buffer is written again (the next item) that thread waits
- * until the engine has read it. In place of D / 4 stores a thread, each writing 16-byte pieces of 8
- * rows: D / 64 bulk copies of 8 KB. Measured against storing from registers (README.md's road table):
- * +0.5 to +3.7% at D = 64, +1.7 to +8.2% at D = 128 (most where an item has few key tiles).
- */
+/* O through the copy engine (stores_o_by_tma, hop_store_o_through_tma): measured against storing from
+ * registers (README.md's road table), +0.5 to +3.7% at D = 64, +1.7 to +8.2% at D = 128 (most where an
+ * item has few key tiles). Each consumer warpgroup has its own staging buffer and named barrier. */
 static constexpr int STAGING_BAR = PINGPONG_BAR + 3; /* ids 4, 5, 6: one per consumer warpgroup */
-template <int BF16, int D>
-static __device__ __forceinline__ void store_o_through_tma(const overlap_params *op, uint32_t staging,
-                                                           const hop_rows<D> *r, int64_t bh, int q0, int wg) {
-    constexpr int REGION = hop_tile_bytes(64, 64); /* 64 rows x 128 bytes */
-    const int t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2, warp = (threadIdx.x >> 5) & 3;
-    const int leader = (threadIdx.x & 127) == 0;
-    if (leader) hop_tma_store_wait_read();
-    hop_bar_sync(STAGING_BAR + wg, 128);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float l = hop_row_sum_l(r->l[h]);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int row = 16 * warp + 8 * h + g; /* in the warpgroup's tile; row & 7 == g */
-#pragma unroll
-        for (int c = 0; c < D / 8; ++c) {
-            const uint32_t v = pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
-            const uint32_t at = staging + (c >> 3) * REGION + row * 128 + (((c & 7) ^ g) << 4) + 4 * t;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
-        }
-        hop_store_lse(&op->a, bh, q0 + wg * 64 + row, r->m[h], l);
-    }
-    hop_fence_async_smem();
-    hop_bar_sync(STAGING_BAR + wg, 128);
-    if (leader) {
-#pragma unroll
-        for (int region = 0; region < D / 64; ++region)
-            hop_tma_store_3d(&op->o_map, staging + region * REGION, 64 * region, q0 + wg * 64, (int)bh);
-        hop_tma_store_commit();
-    }
-}
 
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
-static __device__ __forceinline__ void consume(const overlap_params *op, const smem_layout *sm, int wg,
+static __device__ __forceinline__ void consume(const hop_attn_o_params *op, const smem_layout *sm, int wg,
                                                unsigned rank) {
     const hop_attn_params *p = &op->a;
     constexpr int BR = br_for(D);
@@ -392,8 +348,8 @@ static __device__ __forceinline__ void consume(const overlap_params *op, const s
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
             if constexpr (stores_o_by_tma(D, BC))
-                store_o_through_tma<BF16, D>(op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0,
-                                             wg);
+                hop_store_o_through_tma<BF16, D, hop_tile_bytes(64, 64)>(
+                    op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0, wg, STAGING_BAR + wg);
             else
                 hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
@@ -405,7 +361,7 @@ extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 __global__ void __launch_bounds__(threads_for(D), 1)
-    overlap_kernel(const __grid_constant__ overlap_params op) {
+    overlap_kernel(const __grid_constant__ hop_attn_o_params op) {
     const hop_attn_params &p = op.a;
     constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
     /* arrivals that release a K/V buffer (release_kv): one per consumer warp or thread, from both blocks
@@ -448,8 +404,8 @@ __global__ void __launch_bounds__(threads_for(D), 1)
 
 /* Clusters of two blocks, as many as fit at once (a cluster's blocks share a GPC: with an odd number
  * of free SMs in a GPC one stays idle), never more than there are units. */
-static attn_status launch_pairs(void (*kern)(const overlap_params), const overlap_params *kp, int64_t units,
-                                int threads, int smem, cudaStream_t stream) {
+static attn_status launch_pairs(void (*kern)(const hop_attn_o_params), const hop_attn_o_params *kp,
+                                int64_t units, int threads, int smem, cudaStream_t stream) {
     int fit = 0;
     attn_status st = hop_pair_clusters_fit((const void *)kern, (unsigned)threads, smem,
                                            "stage 09's D = 128 non-causal kernel", &fit);
@@ -467,8 +423,8 @@ static attn_status launch_pairs(void (*kern)(const overlap_params), const overla
  * the last rounds end together. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
-    void (*kern)(const overlap_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
-    overlap_params op = {};
+    void (*kern)(const hop_attn_o_params) = overlap_kernel<BF16, D, BC, CAUSAL, PAIR>;
+    hop_attn_o_params op = {};
     op.a = *kp;
     attn_status st;
     if constexpr (stores_o_by_tma(D, BC)) /* boxes of 64 columns x one warpgroup's 64 rows */

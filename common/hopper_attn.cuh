@@ -299,6 +299,48 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
     }
 }
 
+/*
+ * O through the copy engine (stages 08 and 09). The warpgroup writes its 64-row tile of O / l into a
+ * staging buffer as D / 64 regions of 64 rows x 128 bytes, region k at staging + k * REGION_STRIDE,
+ * each in the 128-byte swizzle of the O map (16-byte chunk c of row r at chunk c ^ (r & 7): a warp's
+ * store of one chunk column reaches 8 rows in 8 different chunks, all 32 banks); then one thread asks
+ * the engine to write the boxes to global memory, which drops the rows past N. In place of D / 4
+ * stores a thread, each writing 16-byte pieces of 8 rows (half a 32-byte sector each): D / 64 bulk
+ * copies of 8 KB. Before the buffer is written again, and before the block exits, that thread waits
+ * until the engine has read it (hop_tma_store_wait_read). `bar`: a named barrier for the warpgroup.
+ */
+template <int BF16, int D, int REGION_STRIDE>
+static __device__ __forceinline__ void hop_store_o_through_tma(const hop_attn_o_params *op, uint32_t staging,
+                                                               const hop_rows<D> *r, int64_t bh, int q0,
+                                                               int wg, int bar) {
+    const int t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2, warp = (threadIdx.x >> 5) & 3;
+    const int leader = (threadIdx.x & 127) == 0;
+    if (leader) hop_tma_store_wait_read();
+    hop_bar_sync(bar, 128);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = hop_row_sum_l(r->l[h]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = 16 * warp + 8 * h + g; /* in the warpgroup's tile; row & 7 == g */
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+            const uint32_t v = pack_16x2<BF16>(r->o[4 * c + 2 * h] * inv, r->o[4 * c + 2 * h + 1] * inv);
+            const uint32_t at = staging + (c >> 3) * REGION_STRIDE + row * 128 + (((c & 7) ^ g) << 4) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+        }
+        hop_store_lse(&op->a, bh, q0 + wg * 64 + row, r->m[h], l);
+    }
+    hop_fence_async_smem();
+    hop_bar_sync(bar, 128);
+    if (leader) {
+#pragma unroll
+        for (int region = 0; region < D / 64; ++region)
+            hop_tma_store_3d(&op->o_map, staging + region * REGION_STRIDE, 64 * region, q0 + wg * 64,
+                             (int)bh);
+        hop_tma_store_commit();
+    }
+}
+
 /* What setmaxnreg can give each consumer thread of a block of `threads` threads (warpgroup 0 the
  * producer, dropping to `producer` registers; the rest consumers) with `blocks` blocks per SM. Every
  * thread starts with its block's share of the SM's 65536 registers, rounded down to setmaxnreg's step

@@ -35,6 +35,14 @@ typedef struct {
     int negate_q;                    /* scale < 0: S = (-Q) K^T (wgmma negates A), and |scale| */
 } hop_attn_params;
 
+/* Stages 08 and 09 store O through the copy engine (hop_store_o_through_tma): their kernels take the
+ * parameters above and a tensor map of O with boxes of 64 columns x 64 rows (one consumer warpgroup's
+ * rows), which the stage's launch fills with hop_tensor_map(&o_map, o, bh, n, D, 64). */
+typedef struct {
+    hop_attn_params a;
+    CUtensorMap o_map;
+} hop_attn_o_params;
+
 /* The largest grid.y and grid.z: B*H is spread over both (2^31 heads need 32769 in z). */
 #define HOP_GRID_YZ 65535
 /* The most heads: a head is the copy engine's third coordinate, a signed 32-bit int (PTX .s32), so
