@@ -8,8 +8,9 @@
 #                              PNG plots when gnuplot exists. Progress and elapsed times on stderr.
 #   make bench QUICK=1         a small sweep (B=1 H=4 N=128,512,1024 D=64) in well under a minute
 #   make bench COLD=1          cold L2: 4x the L2 size written before every timed run (stages and peers)
-#   make bench SWEEP='--warmup-ms 100'   about 100 ms of untimed runs before each point's timing (stages and
-#                              peers): every row at the clock the GPU holds under load (bench/README.md)
+#   make bench SWEEP='--warmup-ms 0'   1 or 2 untimed runs before each point's timing instead of the default
+#                              100 ms (stages and peers): rows then timed at whatever clock the point
+#                              before left (bench/README.md, "Clock")
 #   make bench PEERS=0         without the peers
 #   make bench CSV=path        the merged CSV elsewhere (default build/bench/bench.csv)
 #   make bench SWEEP='--seqs 1024,4096 --dims 128'   shape flags for the stages and the peers

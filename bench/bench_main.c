@@ -71,9 +71,9 @@ static void usage(FILE *f) {
         "  --stages LIST      only these stages, e.g. 02,06 (default: every registered one)\n"
         "  --repeat-ms MS     timed work to aim for per point (default 300), in 3..50 runs; a run of\n"
         "                     250 ms or more is timed once\n"
-        "  --warmup-ms MS     untimed work before a GPU stage's timed runs (default 0: 1 or 2 runs):\n"
-        "                     the H200 drops its clock about 20%% within 100 ms of full load (power\n"
-        "                     cap), so 100 times every point at the clock it holds under load\n"
+        "  --warmup-ms MS     untimed work before a GPU stage's timed runs (default 100; 0: 1 or 2\n"
+        "                     runs): the H200 drops its clock about 20%% within 100 ms of full load\n"
+        "                     (power cap), so 100 times every point at the clock it holds under load\n"
         "  --check-rows K     random rows spot-checked per point against the double reference\n"
         "                     (default 48; 0..1048576; 0 checks nothing: the check column reads -)\n"
         "  --cpu-limit S      skip the CPU stage (cpu-skip) where one run is estimated above S\n"
@@ -243,7 +243,7 @@ static int print_usage_to_stdout(void) {
 
 static int parse_args(int argc, char **argv, cfg_t *c) {
     memset(c, 0, sizeof *c);
-    c->causal_mode = -1, c->repeat_ms = 300, c->warmup_ms = 0, c->cpu_limit_s = 1.0;
+    c->causal_mode = -1, c->repeat_ms = 300, c->warmup_ms = 100, c->cpu_limit_s = 1.0;
     c->check_rows = 48;
     snprintf(c->commit, sizeof c->commit, "unknown");
     c->csv = DEFAULT_CSV;
@@ -406,8 +406,10 @@ static void progress(const sweep_t *sw, const row_t *r, double secs) {
  * Warm-up: on the GPU, about warmup_ms of untimed runs. Measured on the H200 (stage 09 and cuDNN, D = 128,
  * N = 4096, runs of 1.7 ms): from idle the SM clock holds 1980 MHz for a few runs, then the power cap
  * brings it to about 1575 MHz within 100 ms, so 50 runs timed from idle read 690 TFLOP/s at first and
- * 614 at the end: without a warm-up the median depends on what ran just before. The default stays 0
- * (the published tables' method) until a full sweep with --warmup-ms 100 has been run. */
+ * 614 at the end: without a warm-up the median depends on what ran just before (cuDNN at D = 128,
+ * N = 4096 non-causal read 603, 664 and 663 in the last three full sweeps without it, 574-592 in four
+ * readings with it). Hence 100 by default (since 2026-12-04; a full sweep takes about a minute longer,
+ * 432 s against 365 s on the H200). */
 static void pick_repeats(const cfg_t *c, double est_ms, int on_gpu, attn_run_opts *o) {
     double want = est_ms > 1e-4 ? ceil(c->repeat_ms / est_ms) : MAX_REP;
     want = want < MIN_REP ? MIN_REP : want > MAX_REP ? MAX_REP : want;

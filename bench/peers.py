@@ -14,8 +14,8 @@ Peers (the `stage` column):
 (causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
 warm-up and the memory measurement (torch.cuda.max_memory_allocated after reset_peak_memory_stats,
 minus what was allocated before and minus the outputs; Triton compiles and autotunes in a call
-before that), then 1 or 2 untimed runs, or about --warmup-ms of them (the H200's clock falls about
-20% within 100 ms of full load: attn-bench --help), then CUDA-event timing, median over adaptive
+before that), then about --warmup-ms of untimed runs (default 100, at least 1 or 2; the H200's clock
+falls about 20% within 100 ms of full load: attn-bench --help), then CUDA-event timing, median over adaptive
 repeats (aim --repeat-ms of timed work, 3..50 runs; --cold writes 4x the L2 size before each,
 outside the timed window), then a spot check of --check-rows rows against a float64 reference with
 the tolerance rule of common/check.c (taking the fp16 scores of the naive path into account).
@@ -164,8 +164,8 @@ def parse_args(argv):
     ap.add_argument("--dims", type=int_list(MAX_D))
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
     ap.add_argument("--repeat-ms", type=finite_ms, default=300.0)
-    ap.add_argument("--warmup-ms", type=finite_ms, default=0.0,
-                    help="untimed work before each point's timed runs (default 0: 1 or 2 runs), as attn-bench's")
+    ap.add_argument("--warmup-ms", type=finite_ms, default=100.0,
+                    help="untimed work before each point's timed runs (default 100; 0: 1 or 2 runs), as attn-bench's")
     ap.add_argument("--cold", action="store_true", help="flush L2 (write 4x its size) before every timed run")
     ap.add_argument("--min-repeat", type=int_in(1, MAX_REPEAT), default=3, help="timed runs per point, at least")
     ap.add_argument("--max-repeat", type=int_in(1, MAX_REPEAT), default=50, help="timed runs per point, at most")
