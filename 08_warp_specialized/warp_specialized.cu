@@ -197,11 +197,11 @@ template <int D> static __device__ __forceinline__ void pass_tiles(const smem_la
     }
 }
 
-/* A consumer warpgroup's whole row block: the shared tiles (masked ones first, then the plain ones),
- * then this block's own (masked), then O and LSE. */
 /* Named barriers 1 and 2 (0 is __syncthreads): one per consumer warpgroup, for staging O */
 static constexpr int STAGING_BAR = 1;
 
+/* A consumer warpgroup's whole row block: the shared tiles (masked ones first, then the plain ones),
+ * then this block's own (masked), then O and LSE. */
 template <int BF16, int D, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void consume(const hop_attn_o_params *op, const smem_layout *sm,
                                                hop_key_range kr, int shared, int wg, int q0, int64_t bh) {

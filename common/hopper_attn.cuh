@@ -306,8 +306,10 @@ static __device__ __forceinline__ void hop_store_o_lse(const hop_attn_params *p,
  * store of one chunk column reaches 8 rows in 8 different chunks, all 32 banks); then one thread asks
  * the engine to write the boxes to global memory, which drops the rows past N. In place of D / 4
  * stores a thread, each writing 16-byte pieces of 8 rows (half a 32-byte sector each): D / 64 bulk
- * copies of 8 KB. Before the buffer is written again, and before the block exits, that thread waits
- * until the engine has read it (hop_tma_store_wait_read). `bar`: a named barrier for the warpgroup.
+ * copies of 8 KB. Before it writes the buffer again, that thread waits until the engine has read it
+ * (hop_tma_store_wait_read); before the block exits, the caller makes it wait too (08: until read; 09:
+ * until written, hop_tma_store_wait_all), or the staging could be freed under the engine. `bar`: a
+ * named barrier for the warpgroup.
  */
 template <int BF16, int D, int REGION_STRIDE>
 static __device__ __forceinline__ void hop_store_o_through_tma(const hop_attn_o_params *op, uint32_t staging,
