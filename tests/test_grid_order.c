@@ -140,9 +140,8 @@ Test(grid_order, causal_heads_in_turn_then_the_tail_side_by_side) {
 /* A replay of the causal grid on `sms` SMs, one block each (stage 07 and 08 at D = 128): blocks start in
  * launch order on the SM that frees first and cost their key tiles + 1 (Br = Bc = 128: row block i
  * visits i + 1 tiles). Returns the busiest SM's time over the mean: 1 is even. */
-#define REPLAY_MAX_SMS GRID_MAX_SMS
 typedef struct {
-    double sm[REPLAY_MAX_SMS];
+    double sm[GRID_MAX_SMS];
     int64_t n;
     int sms;
 } replay_ctx;
@@ -155,7 +154,7 @@ static void replay_block(grid_item it, int64_t at, void *c) {
     rc->sm[best] += it.row_block + 2;
 }
 static double replay_order(const shape *s, int sms, int head_after_head) {
-    cr_assert(sms > 0 && sms <= REPLAY_MAX_SMS, "replay on %d SMs: 1 to %d", sms, REPLAY_MAX_SMS);
+    cr_assert(sms > 0 && sms <= GRID_MAX_SMS, "replay on %d SMs: 1 to %d", sms, GRID_MAX_SMS);
     replay_ctx c = {{0}, s->n, sms};
     if (head_after_head) /* stages 03-06: head by head, each head's row blocks longest first */
         for (int64_t h = 0; h < s->bh; ++h)
