@@ -7,9 +7,10 @@
 #   make bench        every stage side by side (see bench/bench.mk)
 #   make ARCH=sm_86   build the GPU code for one other target instead of the defaults (below)
 #
-# Stages are found by their folders (NN_name/); every .c and .cu file in them is built into
-# build/libattn.a. Files named *_main.c hold a main() and are linked into their own programs.
-# Folders may add targets in a fragment of their own, NAME/*.mk, included below.
+# Stages are found by their folders (NN_name/); every .c and .cu file in them, and in the layer
+# folders of LAYER_DIRS (below), is built into build/libattn.a. Files named *_main.c hold a main() and
+# are linked into their own programs. Folders may add targets in a fragment of their own, NAME/*.mk,
+# included below.
 
 # gcc, as the README's prerequisites say (make's built-in default, cc, does not count as a choice).
 ifeq ($(origin CC),default)
@@ -46,8 +47,14 @@ else
 BUILD   ?= build
 endif
 
+# The folders beside the stages, each a layer of the house (its README.md says what it holds and why
+# there). Every one is on the include path, so that a file includes another by its bare name
+# ("harness.h"); a stage's own headers are named with their folder ("06_fa2_full/stage06.h"), from -I.
+LAYER_DIRS := common
+INCLUDES   := $(addprefix -I,$(LAYER_DIRS)) -I.
+
 # -fPIC: the same objects go into build/libattn.a and into the shared libraries of python/python.mk.
-CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp -D_POSIX_C_SOURCE=200809L -Icommon -I.
+CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp -D_POSIX_C_SOURCE=200809L $(INCLUDES)
 CFLAGS  ?=
 LDLIBS  := -fopenmp -lm
 # SAN=1: host code under AddressSanitizer and UndefinedBehaviorSanitizer (make check-asan).
@@ -57,10 +64,11 @@ LDLIBS      += -fsanitize=address,undefined
 endif
 
 STAGE_DIRS := $(sort $(wildcard [0-9][0-9]_*))
-MAIN_SRC   := $(wildcard common/*_main.c $(addsuffix /*_main.c,$(STAGE_DIRS)))
-C_SRC      := $(filter-out $(MAIN_SRC),$(wildcard common/*.c $(addsuffix /*.c,$(STAGE_DIRS))))
-CU_SRC     := $(wildcard common/*.cu $(addsuffix /*.cu,$(STAGE_DIRS)))
-HEADERS    := $(wildcard common/*.h common/*.cuh $(addsuffix /*.h,$(STAGE_DIRS)) $(addsuffix /*.cuh,$(STAGE_DIRS)))
+SRC_DIRS   := $(LAYER_DIRS) $(STAGE_DIRS)
+MAIN_SRC   := $(wildcard $(addsuffix /*_main.c,$(SRC_DIRS)))
+C_SRC      := $(filter-out $(MAIN_SRC),$(wildcard $(addsuffix /*.c,$(SRC_DIRS))))
+CU_SRC     := $(wildcard $(addsuffix /*.cu,$(SRC_DIRS)))
+HEADERS    := $(wildcard $(addsuffix /*.h,$(SRC_DIRS)) $(addsuffix /*.cuh,$(SRC_DIRS)))
 
 ifneq ($(NVCC),)
 HAVE_CUDA := 1
@@ -91,7 +99,7 @@ nvcc_arch = $(or $(NVCC_ARCH_$(firstword $(subst /, ,$(1)))),$(ARCH_SM80_UP))
 # fragments set NVCC_ARCH_<folder> to this.
 NVCC_ARCH_SM90A := -gencode arch=compute_90a,code=sm_90a
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
-NVCCFLAGS_ALL = $(NVCCFLAGS) -Icommon -I. -DATTN_HAVE_CUDA=1 -Xcompiler -Wall -Xcompiler -fPIC
+NVCCFLAGS_ALL = $(NVCCFLAGS) $(INCLUDES) -DATTN_HAVE_CUDA=1 -Xcompiler -Wall -Xcompiler -fPIC
 # the registry's lower bound for stages 02-05 follows what was built for them
 CFLAGS_BASE += -DATTN_HAVE_CUDA=1 -DATTN_CUDA_CORES_MIN_SM=$(ATTN_SM_FLOOR) -I$(CUDA_HOME)/include
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
@@ -124,7 +132,7 @@ info:
 # settings again rebuild nothing. (Sources and headers are tracked as before.)
 FLAGS_STAMP := $(BUILD)/obj/.flags
 FLAGS_TEXT   = CC=$(CC) | $(CFLAGS_BASE) $(CFLAGS) | LDLIBS=$(LDLIBS) \
-               | NVCC=$(NVCC) | $(NVCCFLAGS_ALL) $(foreach d,common $(STAGE_DIRS),| $(d): $(call nvcc_arch,$(d)/))
+               | NVCC=$(NVCC) | $(NVCCFLAGS_ALL) $(foreach d,$(SRC_DIRS),| $(d): $(call nvcc_arch,$(d)/))
 .PHONY: FORCE
 FORCE:
 $(FLAGS_STAMP): FORCE

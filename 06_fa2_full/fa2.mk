@@ -43,7 +43,7 @@ $(BUILD)/fa2_example: $(FA2_DIR)/example_main.c $(FA2_DIR)/fa2.h $(FA2_LIB) $(FL
 $(BUILD)/sass/%.o: $(FA2_DIR)/%.cu $(HEADERS) $(FA2_DIR)/fa2.mk $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-	    -Icommon -I. -DATTN_HAVE_CUDA=1 -Xptxas -v -c $< -o $@ 2> $(basename $@).ptxas
+	    $(INCLUDES) -DATTN_HAVE_CUDA=1 -Xptxas -v -c $< -o $@ 2> $(basename $@).ptxas
 
 fa2-sass: $(FA2_SASS_OBJS) $(FA2_DIR)/sass_report.sh
 	@cat $(addsuffix .ptxas,$(basename $(FA2_SASS_OBJS))) > $(BUILD)/fa2_ptxas.txt

@@ -33,7 +33,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= npy npy_file npy_roundtrip npy_header
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-                -fno-omit-frame-pointer -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Icommon -I.
+                -fno-omit-frame-pointer -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra $(INCLUDES)
 
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_check.h common/npy.c common/attn.c common/npy.h common/attn.h
 	@sh tests/fuzz/run_fuzz.sh --probe $(FUZZ_CC)
@@ -111,7 +111,7 @@ check-cuda-headers:
 	 else echo "check-cuda-headers: criterion/criterion.h not found: the tests are not compiled"; fi; \
 	 n=0; for f in $$files; do \
 	   $(CC) -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L $(CUDA_HEADERS_ERRORS) \
-	     -DATTN_HAVE_CUDA=1 -DATTN_CUDA_CORES_MIN_SM=70 -isystem "$(CUDA_HEADERS)" -Icommon -I. -fsyntax-only "$$f" || \
+	     -DATTN_HAVE_CUDA=1 -DATTN_CUDA_CORES_MIN_SM=70 -isystem "$(CUDA_HEADERS)" $(INCLUDES) -fsyntax-only "$$f" || \
 	     { echo "check-cuda-headers: FAIL: $$f against CUDART_VERSION $$v"; exit 1; }; \
 	   n=$$((n + 1)); \
 	 done; \
