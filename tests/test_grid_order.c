@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
-#include "common/grid_order.h"
+#include "kit/grid_order.h"
 
 typedef struct {
     int64_t bh, n; /* B*H, N */

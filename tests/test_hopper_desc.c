@@ -8,7 +8,7 @@
  */
 #include <criterion/criterion.h>
 
-#include "common/hopper_desc.h"
+#include "kit/hopper_desc.h"
 
 /* The fields where the PTX ISA puts them, for one address and both operand kinds the kernels use. */
 Test(hopper_desc, fields_at_their_bits) {

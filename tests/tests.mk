@@ -22,7 +22,7 @@ CHECK_ENV ?= OMP_WAIT_POLICY=passive
 WORKSHOP ?= 1
 
 .PHONY: check test-bin
-$(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h common/hopper_desc.h common/grid_order.h $(LIB) $(ATTN)
+$(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h $(LIB) $(ATTN)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
 
 test-bin: $(TEST_BIN)
