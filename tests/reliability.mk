@@ -35,10 +35,10 @@ FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -fno-omit-frame-pointer -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra $(INCLUDES)
 
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_check.h common/npy.c common/attn.c common/npy.h common/attn.h
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_check.h suite/npy.c common/attn.c suite/npy.h common/attn.h
 	@sh tests/fuzz/run_fuzz.sh --probe $(FUZZ_CC)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $< common/npy.c common/attn.c -lm -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< suite/npy.c common/attn.c -lm -o $@
 
 # Every target runs, even after one has crashed; the status is 1 if any did.
 fuzz: $(addprefix $(BUILD)/fuzz_,$(FUZZ_TARGETS))
