@@ -50,7 +50,7 @@ endif
 # The folders beside the stages, each a layer of the house (its README.md says what it holds and why
 # there). Every one is on the include path, so that a file includes another by its bare name
 # ("harness.h"); a stage's own headers are named with their folder ("06_fa2_full/stage06.h"), from -I.
-LAYER_DIRS := common kit suite
+LAYER_DIRS := common kit lib suite
 INCLUDES   := $(addprefix -I,$(LAYER_DIRS)) -I.
 
 # -fPIC: the same objects go into build/libattn.a and into the shared libraries of python/python.mk.
@@ -179,10 +179,10 @@ compile_commands.json:
 
 # The files clang-format (.clang-format) checks. Listed, not globbed: files written before the
 # .clang-format existed join the list once they are formatted (clang-format -i FILE).
-FORMAT_DIRS    := 06_fa2_full 07_tma_wgmma 08_warp_specialized 09_overlap
+FORMAT_DIRS    := 06_fa2_full 07_tma_wgmma 08_warp_specialized 09_overlap lib
 FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*.cu $(d)/*.cuh)) \
-                  $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h common/stage_lib.* kit/wgmma_ops.cuh kit/fast_math.cuh \
-                            common/device_memory.h kit/device_sm.h common/forward_args.h suite/hold_signals.*) \
+                  $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h kit/wgmma_ops.cuh kit/fast_math.cuh \
+                            kit/device_sm.h suite/hold_signals.*) \
                   suite/attn_main.c 10_context_parallel/cp_bench_main.c \
                   tests/test_fa2_blocks.c tests/test_fa2_api.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c \
                   tests/test_cli.c tests/test_context_parallel.c

@@ -32,10 +32,10 @@ endef
 # Stage 06: its kernel objects as 06_fa2_full/fa2.mk names them (FA2_OBJS once it lists several files).
 $(eval $(call shared_lib,fa2,$(or $(FA2_OBJS),$(FA2_OBJ))))
 # Stages 07-09 (sm_90 only): the kernel, its NAME_forward (common/stage_lib.h) and the common host code.
-HOPPER_LIB_OBJS := $(addprefix $(BUILD)/obj/,kit/hopper_host.o common/stage_lib.o common/attn.o)
-$(eval $(call shared_lib,tma_wgmma,$(BUILD)/obj/07_tma_wgmma/tma_wgmma.cu.o $(BUILD)/obj/07_tma_wgmma/tma_wgmma_lib.o $(HOPPER_LIB_OBJS)))
-$(eval $(call shared_lib,warp_specialized,$(BUILD)/obj/08_warp_specialized/warp_specialized.cu.o $(BUILD)/obj/08_warp_specialized/warp_specialized_lib.o $(HOPPER_LIB_OBJS)))
-$(eval $(call shared_lib,overlap,$(BUILD)/obj/09_overlap/overlap.cu.o $(BUILD)/obj/09_overlap/overlap_lib.o $(HOPPER_LIB_OBJS)))
+HOPPER_LIB_OBJS := $(addprefix $(BUILD)/obj/,kit/hopper_host.o lib/stage_lib.o common/attn.o)
+$(eval $(call shared_lib,tma_wgmma,$(BUILD)/obj/07_tma_wgmma/tma_wgmma.cu.o $(BUILD)/obj/lib/tma_wgmma_lib.o $(HOPPER_LIB_OBJS)))
+$(eval $(call shared_lib,warp_specialized,$(BUILD)/obj/08_warp_specialized/warp_specialized.cu.o $(BUILD)/obj/lib/warp_specialized_lib.o $(HOPPER_LIB_OBJS)))
+$(eval $(call shared_lib,overlap,$(BUILD)/obj/09_overlap/overlap.cu.o $(BUILD)/obj/lib/overlap_lib.o $(HOPPER_LIB_OBJS)))
 
 else
 

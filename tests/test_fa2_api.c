@@ -23,7 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "06_fa2_full/fa2.h"
+#include "fa2.h"
 #include "half.h"
 #include "stage_lib.h"
 
