@@ -1,4 +1,4 @@
-# 06_fa2_full/fa2.mk: stage 06's own targets (included by the root Makefile).
+# lib/fa2.mk: libfa2, stage 06 as a C library, and stage 06's own targets (included by the root Makefile).
 #
 #   make build/libfa2.a   the library alone: $(FA2_OBJS) (C API + the kernels, one object per dtype), no
 #                         harness; use with fa2.h
@@ -13,11 +13,12 @@
 # make bench run them with every other stage.
 
 FA2_DIR := 06_fa2_full
+FA2_LIB_DIR := lib
 
 ifneq ($(HAVE_CUDA),)
 
 # The objects of libfa2 (the C API and stage 06's kernels), for anyone who links them elsewhere.
-FA2_OBJS      := $(addprefix $(BUILD)/obj/$(FA2_DIR)/,fa2_api.cu.o fa2_f16.cu.o fa2_bf16.cu.o)
+FA2_OBJS      := $(BUILD)/obj/$(FA2_LIB_DIR)/fa2_api.cu.o $(addprefix $(BUILD)/obj/$(FA2_DIR)/,fa2_f16.cu.o fa2_bf16.cu.o)
 FA2_LIB       := $(BUILD)/libfa2.a
 FA2_CUDA_HOME := $(if $(CUDA_HOME),$(CUDA_HOME),/usr/local/cuda)
 FA2_CUDA_LIB  := $(firstword $(wildcard $(FA2_CUDA_HOME)/lib64 $(FA2_CUDA_HOME)/targets/x86_64-linux/lib))
@@ -35,12 +36,12 @@ $(FA2_LIB): $(FA2_OBJS)
 	ar rcs $@ $^
 
 fa2-example: $(BUILD)/fa2_example
-$(BUILD)/fa2_example: $(FA2_DIR)/example_main.c $(FA2_DIR)/fa2.h $(FA2_LIB) $(FLAGS_STAMP)
-	$(CC) -std=c11 -O2 -Wall -Wextra -I$(FA2_DIR) -I$(FA2_CUDA_HOME)/include $< $(FA2_LIB) $(FA2_LINK) -o $@
+$(BUILD)/fa2_example: $(FA2_LIB_DIR)/example_main.c $(FA2_LIB_DIR)/fa2.h $(FA2_LIB) $(FLAGS_STAMP)
+	$(CC) -std=c11 -O2 -Wall -Wextra -I$(FA2_LIB_DIR) -I$(FA2_CUDA_HOME)/include $< $(FA2_LIB) $(FA2_LINK) -o $@
 
 # ptxas report (-Xptxas -v) for both real targets, one object per source so that make -j builds them
 # side by side; the objects are kept for cuobjdump.
-$(BUILD)/sass/%.o: $(FA2_DIR)/%.cu $(HEADERS) $(FA2_DIR)/fa2.mk $(FLAGS_STAMP)
+$(BUILD)/sass/%.o: $(FA2_DIR)/%.cu $(HEADERS) $(FA2_LIB_DIR)/fa2.mk $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	    $(INCLUDES) -DATTN_HAVE_CUDA=1 -Xptxas -v -c $< -o $@ 2> $(basename $@).ptxas

@@ -8,9 +8,9 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "06_fa2_full/fa2_internal.h"
+#include "06_fa2_full/fa2_traits.cuh"
 #include "device_memory.h"
-#include "fa2_internal.h"
-#include "fa2_traits.cuh"
 #include "forward_args.h"
 
 #define FA2_LOG2E 1.4426950408889634f

@@ -3,8 +3,8 @@
  * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
+#include "07_tma_wgmma/stage07.h"
 #include "hopper_host.h"
-#include "stage07.h"
 #include "stage_lib.h"
 
 ATTN_STAGE_LIBRARY(tma_wgmma, stage07_run, hop_check_head_shape, hop_check_heads, hop_check_device)

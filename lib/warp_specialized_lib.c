@@ -3,8 +3,8 @@
  * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
+#include "08_warp_specialized/stage08.h"
 #include "hopper_host.h"
-#include "stage08.h"
 #include "stage_lib.h"
 
 ATTN_STAGE_LIBRARY(warp_specialized, stage08_run, hop_check_head_shape, hop_check_heads, hop_check_device)
