@@ -167,7 +167,7 @@ $(ATTN): suite/attn_main.c $(LIB) $(FLAGS_STAMP)
 # compile_commands.json: every compile command of this build (the pattern rules' own flags), for clangd
 # and other tools; make NO_CUDA=1 compile_commands.json leaves the CUDA files out.
 CDB_C  := $(C_SRC) $(MAIN_SRC) $(wildcard tests/test_*.c)
-CDB_CU := $(if $(HAVE_CUDA),$(CU_SRC))
+CDB_CU := $(if $(HAVE_CUDA),$(CU_SRC) $(wildcard tests/*.cu))
 .PHONY: compile_commands.json
 compile_commands.json:
 	@{ $(foreach f,$(CDB_C),printf '  {"directory": "%s", "file": "%s", "command": "%s"},\n' \
@@ -184,7 +184,7 @@ FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*
                   $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h kit/wgmma_ops.cuh kit/fast_math.cuh \
                             kit/device_sm.h suite/hold_signals.*) \
                   suite/attn_main.c 10_context_parallel/cp_bench_main.c \
-                  tests/test_fa2_blocks.c tests/test_fa2_api.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c \
+                  tests/fa2_selftest.cu tests/fa2_selftest.h tests/test_fa2_blocks.c tests/test_fa2_api.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c \
                   tests/test_cli.c tests/test_context_parallel.c
 CLANG_FORMAT   ?= clang-format
 format-check:

@@ -18,6 +18,9 @@
 #   make plots CSV=path        PNGs from a CSV made elsewhere, into $(PLOTS_DIR)
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
+#   make fa2-road-table CSV=bench/results/bench.csv
+#                              the road's table in 06_fa2_full/README.md, from a `make bench` CSV
+#                              (bench/road_table.sh)
 #
 # make bench fails (make's own exit status is then 2, whatever the recipe's) when a stage FAILed its
 # check, when attn-bench refuses a flag, a shape or the CSV path (its --dry-run, the same command line
@@ -37,7 +40,7 @@ BENCH_FLAGS = $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(COLD)
 BENCH_COMMIT = $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && \
   { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 
-.PHONY: bench bench-peers plots bench-results
+.PHONY: bench bench-peers plots bench-results fa2-road-table
 
 $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -81,3 +84,8 @@ bench-results:
 	  cp "$(CSV)" $(BENCH_RESULTS)/bench.csv && echo "bench-results: $(CSV) -> $(BENCH_RESULTS)/bench.csv"; fi
 	@sh bench/report.sh plots $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)
 	@sh bench/report.sh readme $(BENCH_RESULTS)/bench.csv
+
+# Needs only a CSV and awk: works on any machine.
+fa2-road-table:
+	@test -s "$(CSV)" || { echo "fa2-road-table: no CSV at $(CSV) (make fa2-road-table CSV=path)" >&2; exit 2; }
+	sh bench/road_table.sh $(CSV)

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 #ifdef ATTN_HAVE_CUDA
-#include "06_fa2_full/fa2_selftest.h"
+#include "fa2_selftest.h"
 #endif
 
 static const int dims[] = {32, 64, 96, 128, 256};

@@ -5,6 +5,10 @@
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(BUILD)/test_attn
+# Device code the tests run on the GPU (stage 06's building blocks, fa2_selftest.cu): linked into the
+# test binary alone, in a CUDA build, and compiled by the root Makefile's rule for .cu files.
+TEST_CU_OBJ := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard tests/*.cu)))
+$(TEST_CU_OBJ): $(wildcard tests/*.h)
 # pkg-config's criterion.pc needs .pc files the GPU machine lacks, so link plainly.
 CRITERION_LIBS ?= -lcriterion
 # Criterion options: a generous per-test timeout (N=1000 references on 2 cores). Criterion runs one
@@ -22,8 +26,8 @@ CHECK_ENV ?= OMP_WAIT_POLICY=passive
 WORKSHOP ?= 1
 
 .PHONY: check test-bin
-$(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h $(LIB) $(ATTN)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
+$(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h $(TEST_CU_OBJ) $(LIB) $(ATTN)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(TEST_CU_OBJ) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
 
 test-bin: $(TEST_BIN)
 
