@@ -6,8 +6,8 @@
  */
 #include <stdio.h>
 
+#include "06_fa2_full/fa2_steps.cuh"
 #include "fa2_selftest.h"
-#include "fa2_steps.cuh"
 #include "half.h"
 
 /* The first mismatch seen, and how many there were. */
