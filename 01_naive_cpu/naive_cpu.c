@@ -12,7 +12,7 @@
  *     LSE_i = m + ln(l)                             the natural log of sum_j exp(s_j)
  * Every quantity is a double computed from the same fp16 (or bf16) inputs the GPU stages read, so
  * the only rounding that matters is the final one to fp16. It is not what --check compares with:
- * common/reference.c computes the same definition apart from every stage, this one included, so that
+ * suite/reference.c computes the same definition apart from every stage, this one included, so that
  * a bug here shows up as a FAIL.
  *
  * Versus the previous stage: none; this is where the suite starts.

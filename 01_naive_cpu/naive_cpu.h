@@ -1,5 +1,5 @@
 /* naive_cpu.h: stage 01, attention as its definition, in double (--check compares every stage, this
- * one included, with the separate common/reference.c). */
+ * one included, with the separate suite/reference.c). */
 #ifndef ATTN_NAIVE_CPU_H
 #define ATTN_NAIVE_CPU_H
 
@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-/* Stage 01 for a chosen set of rows, as common/reference.c does for --check: a sample of a large
+/* Stage 01 for a chosen set of rows, as suite/reference.c does for --check: a sample of a large
  * problem without computing all B*H*N rows on the CPU (tests/test_reference.c compares the two).
  * rows[] holds global row indices (b*H + h)*N + i, sorted ascending (rows of one head are computed
  * together, sharing one conversion of its K and V). Writes o[r*D .. r*D+D-1] and lse[r] for the

@@ -9,7 +9,7 @@
  *     pass two:  l_i = sum_j exp(s_ij - m_i),  O_i += exp(s_ij - m_i) V_j   (reads K and V again)
  *     epilogue:  O_i = O_i / l_i
  * with s_ij = scale * q_i . k_j. The tile machinery (loads with tail zero-fill, the 4 x 4 register
- * micro-tile of S, P through shared memory, P V, the store) is common/tiles.cuh; this file is the
+ * micro-tile of S, P through shared memory, P V, the store) is kit/tiles.cuh; this file is the
  * two passes.
  *
  * Versus stage 02: nothing of size N x N is written (02 writes 6 bytes per score: 48 GiB at B=4,

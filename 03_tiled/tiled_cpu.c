@@ -8,7 +8,7 @@
  *     pass two:  l_i = sum_j exp(s_ij - m_i),  O_i += exp(s_ij - m_i) V_j   (reads K and V again)
  *     epilogue:  O_i = O_i / l_i
  * with s_ij = scale * q_i . k_j, in fp32 as on the GPU. The tile machinery (loads with tail
- * zero-fill, S = Q K^T, the mask, P V, the store) is common/tiles_cpu.h; this file is the two passes.
+ * zero-fill, S = Q K^T, the mask, P V, the store) is kit/tiles_cpu.h; this file is the two passes.
  *
  * Versus tiled.cu: the same loop structure and equations; a row is one loop here instead of 16
  * threads, so there is no row reduction and no barrier. Versus stage 01: nothing of size N is kept

@@ -5,7 +5,7 @@
  *   cp.async.cg        16 bytes global -> shared, no registers, L1 bypassed; src-size 0 writes zeros
  *   ldmatrix .x4       four 8x8 16-bit matrices from shared memory into the mma fragment layout
  *   mma.m16n8k16       D (16x8 fp32) += A (16x16) B (16x8), fp16 or bf16 in: 4096 flops per warp
- *   ld/st.shared.v4 (cvt.rn.f16x2/bf16x2 and ex2.approx are common/fast_math.cuh, shared with 04-09)
+ *   ld/st.shared.v4 (cvt.rn.f16x2/bf16x2 and ex2.approx are kit/fast_math.cuh, shared with 04-09)
  */
 #ifndef FA2_PTX_CUH
 #define FA2_PTX_CUH

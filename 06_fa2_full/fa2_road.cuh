@@ -2,7 +2,7 @@
  * fa2_road.cuh: what every road step file (step06a_*.cu .. step06e_*.cu) shares. A road step is stage
  * 06's block function (fa2_attention_block) built with a smaller recipe (fa2_traits.cuh): the kernel
  * is one line, and the step's file says which idea it adds. Road steps are registered stages of the
- * suite (common/registry.c): `build/attn --stage 06c`, make check, make sanitize and make bench run
+ * suite (suite/registry.c): `build/attn --stage 06c`, make check, make sanitize and make bench run
  * them like any stage. fp16, head dims 64 and 128 (the road's measured dims), LSE written.
  */
 #ifndef FA2_ROAD_CUH

@@ -1,5 +1,5 @@
 /*
- * stage06.h: stage 06 and its road as the suite's registry sees them (common/registry.c). The kernels
+ * stage06.h: stage 06 and its road as the suite's registry sees them (suite/registry.c). The kernels
  * and the library entry point fa2_forward() are in fa2_*.cu; stage06_run() is a thin adapter over the
  * same launch path, and stage06a_run() .. stage06e_run() run the road's steps (step06*.cu).
  */

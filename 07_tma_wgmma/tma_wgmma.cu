@@ -22,7 +22,7 @@
  * warpgroups x 64 rows (Br = 128); cp.async + ldmatrix + mma.sync became TMA + wgmma; the hand-made
  * XOR swizzle became the copy engine's 128-byte swizzle; a negative scale negates Q inside wgmma
  * (imm-scale-a = -1) instead of flipping bits in shared memory; a causal grid ends with its last heads
- * side by side, their longest row tiles first (common/grid_order.h; +13-32% at B = 1, H = 16, N = 4096).
+ * side by side, their longest row tiles first (kit/grid_order.h; +13-32% at B = 1, H = 16, N = 4096).
  *
  * Limits: head dim 64, 128 or 256; fp16 or bf16; sm_90 only (H100, H200: wgmma is sm_90a code);
  * 16-byte aligned tensors; N <= 2^30; B*H <= 2^31. Keys past N arrive as zero rows (the tensor

@@ -1,5 +1,5 @@
 /*
- * stage10.h: stage 10 as the registry sees it (common/registry.c). The ring is in cp_ring.c, the plan
+ * stage10.h: stage 10 as the registry sees it (suite/registry.c). The ring is in cp_ring.c, the plan
  * of chunks and calls in cp_plan.c, the LSE merge in cp_merge.h and cp_kernels.cu.
  */
 #ifndef STAGE10_H

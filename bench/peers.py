@@ -18,7 +18,7 @@ before that), then about --warmup-ms of untimed runs (default 100, at least 1 or
 falls about 20% within 100 ms of full load: attn-bench --help), then CUDA-event timing, median over adaptive
 repeats (aim --repeat-ms of timed work, 3..50 runs; --cold writes 4x the L2 size before each,
 outside the timed window), then a spot check of --check-rows rows against a float64 reference with
-the tolerance rule of common/check.c (taking the fp16 scores of the naive path into account).
+the tolerance rule of suite/check.c (taking the fp16 scores of the naive path into account).
 torch.cuda.OutOfMemoryError -> status OOM; a backend that refuses a shape -> status unsupported,
 with the reason.
 
@@ -271,7 +271,7 @@ def make_fn(torch, peer, q, k, v, causal, scale, kernels):
 
 def check_rows(torch, out, q, k, v, causal, scale, nrows, seed):
     """Max abs error and pass/fail on sampled rows against a float64 reference. The tolerance is
-    common/check.c's, with the scores' error bound widened by the fp16 rounding of the naive path's
+    suite/check.c's, with the scores' error bound widened by the fp16 rounding of the naive path's
     scores: ds = (u16 + u32 (D + 16)) * max_j scale * sum_d |q_d k_jd|."""
     B, H, N, D = q.shape
     rng = random.Random(seed)

@@ -3,7 +3,7 @@
  * the CUDA runtime:
  *
  *   make build/libfa2.a
- *   gcc 06_fa2_full/example_main.c -I06_fa2_full -I/usr/local/cuda/include build/libfa2.a \
+ *   gcc lib/example_main.c -Ilib -I/usr/local/cuda/include build/libfa2.a \
  *       -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm -o fa2_example
  *   ./fa2_example
  *

@@ -11,7 +11,7 @@
  * The outputs O and LSE must not overlap Q, K, V or each other; Q, K and V may overlap (q == k is fine).
  *
  * Build: `make build/libfa2.a`, then link a C program with
- *   gcc prog.c -I06_fa2_full -I/usr/local/cuda/include build/libfa2.a \
+ *   gcc prog.c -Ilib -I/usr/local/cuda/include build/libfa2.a \
  *       -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm
  * Needs an sm_80 or newer GPU (A100, RTX 30xx, H100/H200, ...).
  */

@@ -1,6 +1,6 @@
 /*
- * 09_overlap/overlap_lib.c: stage 09 as a C library (build/liboverlap.so: make shared-libs): overlap_forward(),
- * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
+ * lib/overlap_lib.c: stage 09 as a C library (build/liboverlap.so: make shared-libs): overlap_forward(),
+ * with the signature and status codes of fa2_forward (lib/fa2.h); see lib/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
 #include "09_overlap/stage09.h"

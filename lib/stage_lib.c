@@ -1,6 +1,6 @@
 /*
  * stage_lib.c: the checks and status mapping behind every stage library's NAME_forward (stage_lib.h),
- * with fa2_forward's contract (06_fa2_full/fa2.h): the same checks in the same order, every refusal a
+ * with fa2_forward's contract (lib/fa2.h): the same checks in the same order, every refusal a
  * line "argument: reason (got value)". First what needs no CUDA call (pointers, sizes, causal, scale,
  * dtype, alignment, the stage's head dims and N, B*H*N*D within 64 bits, the stage's B*H, outputs
  * overlapping inputs), then what the pointers are, then the device (an sm_90 GPU for 07-09), then the

@@ -5,7 +5,7 @@
  *     ATTN_STAGE_LIBRARY(overlap, stage09_run, hop_check_head_shape, hop_check_heads, hop_check_device)
  *         -> overlap_forward, overlap_status_string, overlap_last_error
  *
- * with the signature, status codes and argument rules of stage 06's fa2_forward (06_fa2_full/fa2.h):
+ * with the signature, status codes and argument rules of stage 06's fa2_forward (lib/fa2.h):
  * 0 ok, 1 invalid argument, 2 unsupported, 3 CUDA error; the reason of the last refusal on this thread
  * in NAME_last_error(), one line naming the argument. Like fa2_forward: causal is 0 or 1; scale is
  * finite with |scale| <= ATTN_LIB_MAX_SCALE, negative flips the scores and 0 is uniform attention,

@@ -1,6 +1,6 @@
 /*
- * 07_tma_wgmma/tma_wgmma_lib.c: stage 07 as a C library (build/libtma_wgmma.so: make shared-libs): tma_wgmma_forward(),
- * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
+ * lib/tma_wgmma_lib.c: stage 07 as a C library (build/libtma_wgmma.so: make shared-libs): tma_wgmma_forward(),
+ * with the signature and status codes of fa2_forward (lib/fa2.h); see lib/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
 #include "07_tma_wgmma/stage07.h"

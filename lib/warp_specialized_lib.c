@@ -1,6 +1,6 @@
 /*
- * 08_warp_specialized/warp_specialized_lib.c: stage 08 as a C library (build/libwarp_specialized.so: make shared-libs): warp_specialized_forward(),
- * with the signature and status codes of fa2_forward (06_fa2_full/fa2.h); see common/stage_lib.h.
+ * lib/warp_specialized_lib.c: stage 08 as a C library (build/libwarp_specialized.so: make shared-libs): warp_specialized_forward(),
+ * with the signature and status codes of fa2_forward (lib/fa2.h); see lib/stage_lib.h.
  */
 #ifdef ATTN_HAVE_CUDA
 #include "08_warp_specialized/stage08.h"

@@ -26,10 +26,10 @@ import sys
 __all__ = ["forward", "stages", "library_path"]
 
 # Stage id -> (shared library, C prefix, head dims D, GPU): the library exports PREFIX_forward and
-# PREFIX_status_string with the signatures of 06_fa2_full/fa2.h, and PREFIX_last_error if it has one.
-# Head dims and GPUs as the C side states them: stage 06 in 06_fa2_full/fa2.h (fa2_forward's D; checked
-# in fa2_api.cu), stages 07-09 in common/stage_lib.h ("the head dim is 64, 128 or 256"), their
-# 0N_*/stageNN.h and common/registry.c (dims_hopper, SM90_ONLY). forward() refuses another D before
+# PREFIX_status_string with the signatures of lib/fa2.h, and PREFIX_last_error if it has one.
+# Head dims and GPUs as the C side states them: stage 06 in lib/fa2.h (fa2_forward's D; checked
+# in fa2_api.cu), stages 07-09 in lib/stage_lib.h ("the head dim is 64, 128 or 256"), their
+# 0N_*/stageNN.h and suite/registry.c (dims_hopper, SM90_ONLY). forward() refuses another D before
 # anything is allocated or loaded; python/README.md has the same table.
 # A later fast stage adds one line here and one $(eval ...) line in python/python.mk.
 STAGES = {
@@ -40,7 +40,7 @@ STAGES = {
 }
 
 _DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
-MAX_SCALE = 2.3e38                  # fa2.h's FA2_MAX_SCALE, common/stage_lib.h's ATTN_LIB_MAX_SCALE
+MAX_SCALE = 2.3e38                  # fa2.h's FA2_MAX_SCALE, lib/stage_lib.h's ATTN_LIB_MAX_SCALE
 _STATUS = {1: ValueError, 2: ValueError, 3: RuntimeError}  # EINVAL, EUNSUPPORTED, ECUDA
 _libs = {}
 

@@ -1,7 +1,7 @@
 # python/python.mk: the fast stages as shared libraries, for python/flashattn_stages.py (ctypes) and
 # any other language with a C FFI. Included by the root Makefile after the stages' own fragments.
 #
-#   make build/libfa2.so   stage 06 (fa2_forward, fa2_status_string, fa2_last_error; see 06_fa2_full/fa2.h)
+#   make build/libfa2.so   stage 06 (fa2_forward, fa2_status_string, fa2_last_error; see lib/fa2.h)
 #   make shared-libs       every library listed below
 #   make check-python      the libraries, then pytest on python/ (the module and the Triton kernel
 #                          against float64 references; GPU tests skip, saying why, without a GPU)
@@ -29,9 +29,9 @@ $(BUILD)/lib$(1).so: $(2)
 	if [ "$$$$got" != "$$$$want" ]; then echo "$$@ exports '$$$$got', not '$$$$want'" >&2; rm -f $$@; exit 1; fi
 endef
 
-# Stage 06: its kernel objects as 06_fa2_full/fa2.mk names them (FA2_OBJS once it lists several files).
+# Stage 06: its kernel objects as lib/fa2.mk names them (FA2_OBJS once it lists several files).
 $(eval $(call shared_lib,fa2,$(or $(FA2_OBJS),$(FA2_OBJ))))
-# Stages 07-09 (sm_90 only): the kernel, its NAME_forward (common/stage_lib.h) and the common host code.
+# Stages 07-09 (sm_90 only): the kernel, its NAME_forward (lib/stage_lib.h) and the host code they share.
 HOPPER_LIB_OBJS := $(addprefix $(BUILD)/obj/,kit/hopper_host.o lib/stage_lib.o common/attn.o)
 $(eval $(call shared_lib,tma_wgmma,$(BUILD)/obj/07_tma_wgmma/tma_wgmma.cu.o $(BUILD)/obj/lib/tma_wgmma_lib.o $(HOPPER_LIB_OBJS)))
 $(eval $(call shared_lib,warp_specialized,$(BUILD)/obj/08_warp_specialized/warp_specialized.cu.o $(BUILD)/obj/lib/warp_specialized_lib.o $(HOPPER_LIB_OBJS)))

@@ -3,7 +3,7 @@
 The refusals of bad arguments need neither torch nor a GPU (fake __cuda_array_interface__ objects:
 the checks run before the library is loaded). The results need torch, a CUDA GPU and
 build/libfa2.so; without them those tests skip and say why. Every result is compared, row by row,
-with a float64 reference under the tolerance rule of common/check.c; outputs are poisoned with NaN
+with a float64 reference under the tolerance rule of suite/check.c; outputs are poisoned with NaN
 first, so an element never written fails.
 """
 import math
@@ -216,7 +216,7 @@ def test_causal_takes_bools_0_1_and_numpy_scalars(monkeypatch):
             call(causal=causal)
 
 
-# The head dims of the C side, written out again here (06_fa2_full/fa2.h; common/stage_lib.h), so that
+# The head dims of the C side, written out again here (lib/fa2.h; lib/stage_lib.h), so that
 # a wrong STAGES table fails too.
 C_HEAD_DIMS = {"06": (32, 64, 96, 128, 256), "07": (64, 128, 256), "08": (64, 128, 256), "09": (64, 128, 256)}
 
@@ -240,7 +240,7 @@ def test_head_dim_refused_before_loading_or_allocating(monkeypatch, stage):
 
 
 def test_head_dims_agree_with_the_registry():
-    """STAGES' head dims repeat what the C registry says (common/registry.c, through `attn --list-dims`):
+    """STAGES' head dims repeat what the C registry says (suite/registry.c, through `attn --list-dims`):
     this test is what keeps the two from drifting apart."""
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -376,7 +376,7 @@ def test_matches_float64_reference(stage, dtype, causal, N, D):
 @pytest.mark.parametrize("stage", ["07", "08", "09"])
 def test_hopper_stage_on_another_gpu_says_so(stage, monkeypatch):
     """On a GPU other than sm_90 the library refuses (ValueError naming it) and writes nothing.
-    ATTN_FAKE_SM (common/device_sm.h) makes the H200 answer as an A100 would; as itself it then runs."""
+    ATTN_FAKE_SM (kit/device_sm.h) makes the H200 answer as an A100 would; as itself it then runs."""
     torch = gpu_or_skip()
     stage_or_skip(torch, stage)
     q = torch.randn(1, 2, 100, 64, device="cuda", dtype=torch.float16)

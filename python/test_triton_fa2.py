@@ -1,6 +1,6 @@
 """Tests of python/triton_fa2.py (the seed's Triton kernel, written here): `make check-python`.
 
-Against the same float64 reference and tolerance rule as test_flashattn_stages.py (common/check.c's),
+Against the same float64 reference and tolerance rule as test_flashattn_stages.py (suite/check.c's),
 outputs compared row by row, ragged N, causal and not, fp16 and bf16, through tensor descriptors
 (where the GPU has TMA) and through pointer loads. A fixed tile shape keeps compilations few; one
 test goes through the autotuner. Skips, saying why, without torch, triton or a CUDA GPU.

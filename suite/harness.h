@@ -131,7 +131,7 @@ attn_run_opts attn_run_opts_default(void);
 attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                      attn_result *res, uint16_t *o_host, float *lse_host);
 
-/* ---- the GPU, as the harness sees it (common/gpu.c) ---------------------------------------- */
+/* ---- the GPU, as the harness sees it (suite/gpu.c) ---------------------------------------- */
 
 /* The GPU half of attn_run: allocates, poisons, runs (first run's O and LSE to o_first and
  * lse_first, host buffers of the full output size), times, compares the last run with the first. */

@@ -193,7 +193,7 @@ Test(faults, every_allocation_failure_exits_1) {
     sweep("--stage 01 --batch 2 --heads 2 --seq 37 --dim 5 --check", NULL, 0, "stage 01: cannot allocate");
 }
 
-/* The CPU models share cpu_tiles_run (common/tiles_cpu.h), which allocates each OpenMP thread's tiles
+/* The CPU models share cpu_tiles_run (kit/tiles_cpu.h), which allocates each OpenMP thread's tiles
  * inside its parallel region: a thread whose tiles failed once skipped the omp for, and the other 3
  * threads waited at its barrier forever. 130 rows are 3 row tiles of 64 (06m: 2 of 128), the last one
  * short, in each of 2 heads: a block or more for each of the 4 threads. A sweep is 39 runs (7 tiles x 4

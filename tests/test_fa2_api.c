@@ -1,6 +1,6 @@
 /*
- * test_fa2_api.c: the contract of libfa2's fa2_forward() (06_fa2_full/fa2.h), called directly, and
- * the same contract of the stage libraries' NAME_forward() (stages 07-09, common/stage_lib.h).
+ * test_fa2_api.c: the contract of libfa2's fa2_forward() (lib/fa2.h), called directly, and
+ * the same contract of the stage libraries' NAME_forward() (stages 07-09, lib/stage_lib.h).
  *
  * Without a GPU (any CUDA build): every refusal that needs no CUDA call, with the argument named in
  * fa2_last_error(); outputs overlapping inputs refused, inputs overlapping each other taken; the scale

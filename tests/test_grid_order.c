@@ -1,5 +1,5 @@
 /*
- * test_grid_order.c: the grid order of stages 07 and 08 (common/grid_order.h), on the CPU with the lines
+ * test_grid_order.c: the grid order of stages 07 and 08 (kit/grid_order.h), on the CPU with the lines
  * the kernels run: every row block of every head exactly once, pairs on adjacent row blocks of one head,
  * causal heads in turn and then a tail side by side, and the causal grid's last wave short (a replay on
  * the SM counts of the sm_90 GPUs these stages run on).

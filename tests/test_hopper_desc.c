@@ -1,5 +1,5 @@
 /*
- * test_hopper_desc.c: the wgmma shared-memory descriptor of stages 07-09 (common/hopper_desc.h), on the
+ * test_hopper_desc.c: the wgmma shared-memory descriptor of stages 07-09 (kit/hopper_desc.h), on the
  * CPU with the lines the kernels run. The kernels build one descriptor per tile and advance it per
  * k-step (hop_desc_advance); that is only right if advancing by b bytes gives exactly the descriptor of
  * the address b bytes further on, for every address and step the kernels use. CI has no GPU: a slip in

@@ -1,5 +1,5 @@
 /*
- * test_npy.c: the .npy reader and writer (common/npy.c).
+ * test_npy.c: the .npy reader and writer (suite/npy.c).
  *
  * Round trips through files, byte images built here the way NumPy writes them, and the malformed
  * files of tests/npy_cases/ (written by make_cases.py; expected.tsv names the text each message

@@ -1,5 +1,5 @@
 /*
- * test_reference.c: stage 01, the independent reference that every --check uses (common/reference.c)
+ * test_reference.c: stage 01, the independent reference that every --check uses (suite/reference.c)
  * and the fp16/bf16 conversions both rest on. Stage 01 and the reference, written apart, are checked
  * against each other, and stage 01 against properties that need no reference at all.
  */
@@ -42,7 +42,7 @@ Test(half, bf16_rounds_to_nearest_even) {
     cr_assert(isnan(attn_bf2f(attn_f2bf(NAN))));
 }
 
-/* ---- stage 01 against the independent reference (common/reference.c) ------------------------ */
+/* ---- stage 01 against the independent reference (suite/reference.c) ------------------------ */
 
 static void compare_with_reference(int64_t B, int64_t H, int64_t N, int64_t D, int causal, attn_dtype t,
                                    attn_init init) {

@@ -39,7 +39,7 @@ static const int case_N[] = {1, 17, 64, 127, 128, 129, 1000, 1100};
  * here, and at N = 1-127 and 1100); and 213 heads, more than a causal tail of about 396 row blocks
  * holds (132 heads at Tr = 3, 198 at D = 64's Tr = 2), so that heads run before the tail: stage 09's
  * (long, short) units (09_overlap/work_units.h), stages 07 and 08's heads one after another
- * (common/grid_order.h). B = 2, H = 3 never makes that count odd. */
+ * (kit/grid_order.h). B = 2, H = 3 never makes that count odd. */
 #define ODD_HEADS_N 300
 /* The hostile inputs at fewer shapes: a short row, a ragged tail and a long one. */
 static const int hostile_N[] = {17, 129, 1000};
