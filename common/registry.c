@@ -22,6 +22,7 @@
 #include "08_warp_specialized/stage08.h"
 #include "09_overlap/stage09.h"
 #include "10_context_parallel/stage10.h"
+#include "13_backward_fa2/backward_fa2.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -122,6 +123,15 @@ const attn_stage attn_stages[] = {
      "past one GPU: Q stays, K/V shards travel a ring of GPUs (NCCL), partials merged by their LSE",
      SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL,
      NCCL_RUN(stage10_run), ATTN_FORWARD},
+    /* The backward pass (FA2's Algorithm 2): dQ, dK and dV from Q, K, V, the forward's O and LSE, and dO. */
+    {"13", "13_backward_fa2", "backward_fa2",
+     "backward on tensor cores: a block per 128 keys walks the query tiles, P and dS feed dV and dK from registers",
+     SM80_UP, 0, F16_BF16, STAGE13_DIMS_TEXT, stage13_supports_dim, stage13_workspace_bytes,
+     "the fp32 dQ accumulator and D", GPU_RUN(stage13_run), ATTN_BACKWARD_ATOMIC},
+    {"13d", "13_backward_fa2", "backward_fa2_deterministic",
+     "stage 13 with dQ summed over the key tiles in a fixed order: bit-for-bit repeatable",
+     SM80_UP, 0, F16_BF16, STAGE13_DIMS_TEXT, stage13_supports_dim, stage13_workspace_bytes,
+     "the fp32 dQ accumulator, D and the order counters", GPU_RUN(stage13d_run), ATTN_BACKWARD},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
