@@ -22,6 +22,7 @@
 #include "08_warp_specialized/stage08.h"
 #include "09_overlap/stage09.h"
 #include "10_context_parallel/stage10.h"
+#include "11_backward_naive/backward_naive.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -122,6 +123,11 @@ const attn_stage attn_stages[] = {
      "past one GPU: Q stays, K/V shards travel a ring of GPUs (NCCL), partials merged by their LSE",
      SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL,
      NCCL_RUN(stage10_run), ATTN_FORWARD},
+    /* The backward stages: dQ, dK, dV from Q, K, V, the forward's O and LSE, and dO. */
+    {"11", "11_backward_naive", "backward_naive",
+     "the backward as autograd does it: P (from the LSE) and dS as N x N matrices in device memory",
+     SM70_UP, 0, F16_BF16, "1..256", dims_any, stage11_workspace_bytes,
+     "the N x N P and dS", GPU_RUN(stage11_run), ATTN_BACKWARD},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
