@@ -23,6 +23,7 @@
 #include "09_overlap/stage09.h"
 #include "10_context_parallel/stage10.h"
 #include "11_backward_naive/backward_naive.h"
+#include "12_backward_tiled/backward_tiled.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -128,6 +129,10 @@ const attn_stage attn_stages[] = {
      "the backward as autograd does it: P (from the LSE) and dS as N x N matrices in device memory",
      SM70_UP, 0, F16_BF16, "1..256", dims_any, stage11_workspace_bytes,
      "the N x N P and dS", GPU_RUN(stage11_run), ATTN_BACKWARD},
+    {"12", "12_backward_tiled", "backward_tiled",
+     "FA2's backward on CUDA cores: a block per key tile holds K, V, dK, dV, walks the query tiles; dQ by atomics",
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, stage12_workspace_bytes,
+     "the fp32 dQ accumulator and D", GPU_RUN(stage12_run), ATTN_BACKWARD_ATOMIC},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
