@@ -133,6 +133,9 @@ const attn_stage attn_stages[] = {
      "FA2's backward on CUDA cores: a block per key tile holds K, V, dK, dV, walks the query tiles; dQ by atomics",
      SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, stage12_workspace_bytes,
      "the fp32 dQ accumulator and D", GPU_RUN(stage12_run), ATTN_BACKWARD_ATOMIC},
+    {"12m", "12_backward_tiled", "backward_tiled_cpu",
+     "stage 12's key-tile loop as plain C on the CPU, dQ summed per head in key-tile order (a model)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage12m_run, ATTN_BACKWARD},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
