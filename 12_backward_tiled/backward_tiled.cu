@@ -114,6 +114,32 @@ static __device__ __forceinline__ void bwd_store_t(float *Ts, const float x[TILE
         for (int c = 0; c < TILE_KEYS; c++) Ts[(tx + c * TILE_TX) * TILE_PS + ty + r * TILE_TY] = x[r][c];
 }
 
+/* P and dS of the thread's 4 x 4 scores, in place: s = q . k (unscaled) becomes P = 2^(s sl2 - LSE_i
+ * log2 e), with the mask where `masked` (block-uniform: the diagonal, or the ragged last key tile)
+ * applied to the exponent, after the scale, so that a negative scale masks the same way; dp = dO . v
+ * becomes dS = P (dP - D_i). Rows >= N get LSE = +inf, so P = 0 and dS = 0: they add nothing. */
+static __device__ __forceinline__ void bwd_p_and_ds(float s[TILE_ROWS][TILE_KEYS], float dp[TILE_ROWS][TILE_KEYS],
+                                                    const float *lse_head, const float *delta_head, float sl2,
+                                                    int q0, int key0, int N, int causal, int masked, int ty, int tx) {
+    float delta[TILE_ROWS];
+#pragma unroll
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const int i = q0 + ty + r * TILE_TY;
+        const float lse2 = i < N ? __ldg(lse_head + i) * TILE_LOG2E : INFINITY;
+        delta[r] = i < N ? __ldg(delta_head + i) : 0.0f;
+#pragma unroll
+        for (int c = 0; c < TILE_KEYS; c++) s[r][c] = fmaf(s[r][c], sl2, -lse2); /* log2 P */
+    }
+    if (masked) tile_mask(s, q0, key0, N, causal, ty, tx);
+#pragma unroll
+    for (int r = 0; r < TILE_ROWS; r++)
+#pragma unroll
+        for (int c = 0; c < TILE_KEYS; c++) {
+            s[r][c] = fast_exp2(s[r][c]);                /* P; 2^-inf = 0 */
+            dp[r][c] = s[r][c] * (dp[r][c] - delta[r]); /* dS */
+        }
+}
+
 /* dQacc[i] += dq[r] for the thread's rows i = q0 + ty + 16 r < N and its columns (tile_pv's map). The
  * return values are unused, so these compile to RED (fire and forget), not to ATOM. */
 template <int D>
@@ -225,25 +251,7 @@ __global__ void __launch_bounds__(TILE_THREADS, BWD_MIN_BLOCKS(D)) stage12_kerne
         float s[TILE_ROWS][TILE_KEYS], dp[TILE_ROWS][TILE_KEYS];
         tile_scores<D>(s, Qs, Ks, ty, tx);
         tile_scores<D>(dp, dOs, Vs, ty, tx);
-        float delta[TILE_ROWS]; /* rows >= N: LSE = +inf makes P = 0, D = 0 */
-#pragma unroll
-        for (int r = 0; r < TILE_ROWS; r++) {
-            const int i = q0 + ty + r * TILE_TY;
-            const float lse2 = i < N ? __ldg(lse_head + i) * TILE_LOG2E : INFINITY;
-            delta[r] = i < N ? __ldg(delta_head + i) : 0.0f;
-#pragma unroll
-            for (int c = 0; c < TILE_KEYS; c++) s[r][c] = fmaf(s[r][c], sl2, -lse2); /* log2 P */
-        }
-        if (qt < qt_full || tail) /* block-uniform: the diagonal, or the ragged last key tile */
-            tile_mask(s, q0, key0, N, prm.causal, ty, tx);
-#pragma unroll
-        for (int r = 0; r < TILE_ROWS; r++)
-#pragma unroll
-            for (int c = 0; c < TILE_KEYS; c++) {
-                s[r][c] = fast_exp2(s[r][c]);                /* P; 2^-inf = 0 */
-                dp[r][c] = s[r][c] * (dp[r][c] - delta[r]); /* dS */
-            }
-
+        bwd_p_and_ds(s, dp, lse_head, delta_head, sl2, q0, key0, N, prm.causal, qt < qt_full || tail, ty, tx);
         bwd_store_t(Ts, s, ty, tx); /* P^T */
         __syncthreads();
         tile_pv<D>(dv, Ts, dOs, ty, tx); /* dV_j += P^T dO_i */

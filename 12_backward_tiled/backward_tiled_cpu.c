@@ -81,10 +81,29 @@ static void bwd_store_rows(uint16_t *head, const float *acc, float mult, int row
         for (int x = 0; x < D; x++) head[(int64_t)(row0 + r) * D + x] = attn_f2h(acc[(int64_t)r * D + x] * mult);
 }
 
+/* P and dS of a query tile, in place: S = Q K^T (unscaled) becomes P = 2^(S sl2 - LSE_i log2 e), with
+ * the mask where `masked` (the diagonal, or the ragged last key tile) applied to the exponent; dP
+ * becomes dS = P (dP - D_i). Rows >= N get LSE = +inf: P = 0, dS = 0. The kernel's bwd_p_and_ds. */
+static void stage12c_p_and_ds(float *S, float *dP, const bwd_head *h, const float *delta, int q0, int key0,
+                              int masked) {
+    const float sl2 = h->scale * CPU_LOG2E;
+    for (int r = 0; r < BR; r++) {
+        const float lse2 = q0 + r < h->N ? h->lse[q0 + r] * CPU_LOG2E : INFINITY;
+        for (int c = 0; c < BC; c++) S[r * BC + c] = fmaf(S[r * BC + c], sl2, -lse2); /* log2 P */
+    }
+    if (masked) cpu_tile_mask(S, BR, BC, q0, key0, h->N, h->causal);
+    for (int r = 0; r < BR; r++) {
+        const float d_i = q0 + r < h->N ? delta[q0 + r] : 0.0f;
+        for (int c = 0; c < BC; c++) {
+            S[r * BC + c] = exp2f(S[r * BC + c]);                     /* P; 2^-inf = 0 */
+            dP[r * BC + c] = S[r * BC + c] * (dP[r * BC + c] - d_i); /* dS */
+        }
+    }
+}
+
 /* One key tile kt of one head: one block of stage12_kernel. */
 static void stage12c_key_tile(const bwd_head *h, int kt, bwd_scratch *w) {
     const int N = h->N, D = h->D, key0 = kt * BC;
-    const float sl2 = h->scale * CPU_LOG2E;
     float *S = w->S, *dP = w->dP;
 
     /* K_j (row-major for dQ, transposed for S) and V_j (transposed for dP), unscaled, loaded once */
@@ -106,19 +125,7 @@ static void stage12c_key_tile(const bwd_head *h, int kt, bwd_scratch *w) {
         cpu_tile_load_rows(w->dOs, h->d_o, q0, BR, N, D, 1.0f, ATTN_F16);
         cpu_tile_scores(S, w->Qs, BR, w->Kt, BC, 0, BC, D);
         cpu_tile_scores(dP, w->dOs, BR, w->Vt, BC, 0, BC, D);
-        for (int r = 0; r < BR; r++) { /* rows >= N: LSE = +inf makes P = 0, D = 0 */
-            const float lse2 = q0 + r < N ? h->lse[q0 + r] * CPU_LOG2E : INFINITY;
-            for (int c = 0; c < BC; c++) S[r * BC + c] = fmaf(S[r * BC + c], sl2, -lse2); /* log2 P */
-        }
-        if (qt < qt_full || tail) /* the diagonal, or the ragged last key tile */
-            cpu_tile_mask(S, BR, BC, q0, key0, N, h->causal);
-        for (int r = 0; r < BR; r++) {
-            const float delta = q0 + r < N ? w->delta[q0 + r] : 0.0f;
-            for (int c = 0; c < BC; c++) {
-                S[r * BC + c] = exp2f(S[r * BC + c]);                       /* P; 2^-inf = 0 */
-                dP[r * BC + c] = S[r * BC + c] * (dP[r * BC + c] - delta); /* dS */
-            }
-        }
+        stage12c_p_and_ds(S, dP, h, w->delta, q0, key0, qt < qt_full || tail);
         bwd_transpose(w->T, S, BR, BC);
         cpu_tile_pv(w->dV, w->T, BC, BR, w->dOs, 0, D); /* dV_j += P^T dO_i */
         bwd_transpose(w->T, dP, BR, BC);
