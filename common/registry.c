@@ -22,6 +22,8 @@
 #include "08_warp_specialized/stage08.h"
 #include "09_overlap/stage09.h"
 #include "10_context_parallel/stage10.h"
+#include "11_backward_naive/backward_naive.h"
+#include "12_backward_tiled/backward_tiled.h"
 #include "13_backward_fa2/backward_fa2.h"
 
 #ifdef ATTN_HAVE_CUDA
@@ -123,7 +125,18 @@ const attn_stage attn_stages[] = {
      "past one GPU: Q stays, K/V shards travel a ring of GPUs (NCCL), partials merged by their LSE",
      SM80_UP_MULTI, 1, F16_BF16, STAGE10_DIMS_TEXT, stage10_supports_dim, NULL, NULL,
      NCCL_RUN(stage10_run), ATTN_FORWARD},
-    /* The backward pass (FA2's Algorithm 2): dQ, dK and dV from Q, K, V, the forward's O and LSE, and dO. */
+    /* The backward stages: dQ, dK, dV from Q, K, V, the forward's O and LSE, and dO. */
+    {"11", "11_backward_naive", "backward_naive",
+     "the backward as autograd does it: P (from the LSE) and dS as N x N matrices in device memory",
+     SM70_UP, 0, F16_BF16, "1..256", dims_any, stage11_workspace_bytes,
+     "the N x N P and dS", GPU_RUN(stage11_run), ATTN_BACKWARD},
+    {"12", "12_backward_tiled", "backward_tiled",
+     "FA2's backward on CUDA cores: a block per key tile holds K, V, dK, dV, walks the query tiles; dQ by atomics",
+     SM70_UP, 0, F16_ONLY, "32, 64, 128", dims_tiles, stage12_workspace_bytes,
+     "the fp32 dQ accumulator and D", GPU_RUN(stage12_run), ATTN_BACKWARD_ATOMIC},
+    {"12m", "12_backward_tiled", "backward_tiled_cpu",
+     "stage 12's key-tile loop as plain C on the CPU, dQ summed per head in key-tile order (a model)",
+     CPU_ONLY, 0, F16_ONLY, "32, 64, 128", dims_tiles, NULL, NULL, stage12m_run, ATTN_BACKWARD},
     {"13", "13_backward_fa2", "backward_fa2",
      "backward on tensor cores: a block per 128 keys walks the query tiles, P and dS feed dV and dK from registers",
      SM80_UP, 0, F16_BF16, STAGE13_DIMS_TEXT, stage13_supports_dim, stage13_workspace_bytes,
