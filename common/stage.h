@@ -24,19 +24,28 @@ extern "C" {
 
 typedef struct {
     const void *q, *k, *v; /* [B, H, N, D] 16-bit, device (GPU stage) or host (CPU stage) */
-    void *o;               /* [B, H, N, D] 16-bit, same dtype as the inputs */
-    float *lse;            /* [B, H, N] float32; written only by stages with writes_lse */
+    void *o;               /* [B, H, N, D] 16-bit, same dtype as the inputs; a backward stage reads it */
+    float *lse;            /* [B, H, N] float32; written only by stages with writes_lse; a backward
+                              stage reads it (the forward's, natural log) */
     void *workspace;       /* workspace_bytes(p) bytes, or NULL when that is 0 */
     void *stream;          /* cudaStream_t for GPU stages, NULL for the CPU stage */
     int gpus;              /* GPUs a multi-GPU stage spreads the problem over (>= 1); others: 1 */
+    /* Backward stages only (pass != ATTN_FORWARD); NULL for the forward ones. */
+    const void *d_o;       /* dO = dLoss/dO, [B, H, N, D] 16-bit */
+    void *dq, *dk, *dv;    /* the gradients of Q, K, V, [B, H, N, D] 16-bit, written by the stage */
 } attn_args;
+
+/* Which pass a stage computes. A backward stage (11 on) takes Q, K, V, the forward's O and LSE and
+ * dO, and writes dQ, dK and dV. ATTN_BACKWARD_ATOMIC: its dQ is summed over key tiles by atomic adds
+ * whose order changes from run to run, so two runs agree to rounding, not bit for bit. */
+typedef enum { ATTN_FORWARD = 0, ATTN_BACKWARD = 1, ATTN_BACKWARD_ATOMIC = 2 } attn_pass;
 
 /* The most GPUs of one host that a multi-GPU stage is asked to drive (--gpus). */
 #define ATTN_MAX_GPUS 64
 
 typedef struct {
-    const char *id;     /* "01" .. "10"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" for the CPU
-                           models of 03 .. 06 */
+    const char *id;     /* "01" .. "13"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" and "12m"
+                           for the CPU models of 03 .. 06 and 12; "13d": stage 13's deterministic mode */
     const char *folder; /* "01_naive_cpu" */
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */
@@ -58,6 +67,7 @@ typedef struct {
     const char *workspace_what; /* what the scratch holds, for the out-of-memory message */
     /* NULL when the stage was not built (a GPU stage in a build without CUDA: ATTN_NO_CUDA_WHY). */
     attn_status (*run)(const attn_problem *p, const attn_args *a);
+    attn_pass pass; /* last, so that a forward stage's entry may leave it out (0: ATTN_FORWARD) */
 } attn_stage;
 
 /* Why a build has no GPU stages, for the messages that say a stage was not built ("..., and "

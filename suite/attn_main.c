@@ -43,11 +43,15 @@ static void usage(FILE *f, const char *prog) {
     fprintf(f,
             "\n"
             "Runs one stage of the suite on one problem: the median time of R timed runs after\n"
-            "warm-up (CUDA events on the GPU), TFLOP/s (4*B*H*N*N*D, half when causal), and the\n"
-            "device memory the stage needs beyond Q, K, V, O and LSE.\n"
+            "warm-up (CUDA events on the GPU), TFLOP/s (4*B*H*N*N*D, half when causal; 2.5 times that\n"
+            "for a backward stage), and the device memory the stage needs beyond its inputs and\n"
+            "outputs (Q, K, V, O and LSE; and dO, dQ, dK, dV for a backward stage).\n"
             "\n"
             "  --stage ID        stage to run: an id (01, 02, .., 06a..06e: the road to 06, 03m: the CPU\n"
-            "                    model of 03, ..), or its folder or name (see --list)\n"
+            "                    model of 03, .., 11-13: the backward), or its folder or name (see --list)\n"
+            "  --forward ID      a backward stage (11 on): the forward stage whose O and LSE it reads, run\n"
+            "                    once untimed first (default: the last GPU stage in --list that writes\n"
+            "                    LSE and runs here, for a GPU stage; 01 for a CPU one)\n"
             "  --batch B         batch size, 1..%d (default 2)\n"
             "  --heads H         heads, 1..%d (default 8)\n"
             "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"
@@ -72,13 +76,15 @@ static void usage(FILE *f, const char *prog) {
             "                    over 2^31 reference multiply-adds are checked on every row of the\n"
             "                    first and last (b, h) plus --check-rows random rows\n"
             "  --check-rows K    with --check: random rows checked besides those, 0..1000000 (default 256)\n"
-            "  --load DIR        read DIR/q.npy, DIR/k.npy, DIR/v.npy (float16 or float32,\n"
-            "                    [B, H, N, D], C order, finite); the shape comes from the files, so\n"
+            "  --load DIR        read DIR/q.npy, DIR/k.npy, DIR/v.npy, and DIR/do.npy for a backward\n"
+            "                    stage (float16 or float32, [B, H, N, D], C order, finite, one shape);\n"
+            "                    the shape comes from the files, so\n"
             "                    --batch, --heads, --seq, --dim and --init are refused with it; float32\n"
             "                    values, and float16 ones with --dtype bf16, are rounded to --dtype (a\n"
             "                    note on stderr says so)\n"
             "  --save DIR        write DIR/o.npy (float16 [B, H, N, D]; with --dtype fp16 only) and\n"
-            "                    DIR/lse.npy (float32 [B, H, N]) when the stage writes LSE: both whole\n"
+            "                    DIR/lse.npy (float32 [B, H, N]) when the stage writes LSE (a backward\n"
+            "                    stage: DIR/dq.npy, dk.npy, dv.npy, float16 [B, H, N, D]): all whole\n"
             "                    and together, or neither (DIR is tried with a temporary file before\n"
             "                    the run; the results go to unique temporary files after it, renamed\n"
             "                    together, and a failed rename puts the old files back); an o.npy or\n"
@@ -86,10 +92,12 @@ static void usage(FILE *f, const char *prog) {
             "                    once; a stage without LSE removes an old lse.npy; a q.npy, k.npy\n"
             "                    or v.npy there is refused (they would not be this run's inputs)\n"
             "                    unless --save-inputs replaces them or DIR is the --load one\n"
-            "  --save-inputs     with --save: also DIR/q.npy, DIR/k.npy, DIR/v.npy, the inputs of this\n"
-            "                    run (float16 [B, H, N, D]), committed with the results: a folder that\n"
+            "  --save-inputs     with --save: also DIR/q.npy, DIR/k.npy, DIR/v.npy (and do.npy), the\n"
+            "                    inputs of this run (float16 [B, H, N, D]), committed with the\n"
+            "                    results: a folder that\n"
             "                    --load reads, to edit or to feed another stage\n"
-            "  --list            the stages: id, folder, where it runs, head dims, dtypes, LSE, idea\n"
+            "  --list            the stages: id, folder, where it runs, pass (fwd, bwd), head dims,\n"
+            "                    dtypes, LSE, idea\n"
             "  --list-ids [W]    the stage ids, one per line (W: gpu, cpu or all; default all)\n"
             "  --list-dims ID    the test head dims the stage supports, one per line\n"
             "  --help            this text\n"
@@ -125,15 +133,16 @@ static int parse_i64(const char *flag, const char *s, long long lo, long long hi
 }
 
 static void list_stages(void) {
-    printf("%-3s %-20s %-4s %-21s %-10s %-4s %-5s %s\n", "id", "folder", "runs", "dims", "dtypes", "LSE",
-           "here", "idea");
+    printf("%-3s %-20s %-4s %-4s %-21s %-10s %-4s %-5s %s\n", "id", "folder", "runs", "pass", "dims", "dtypes",
+           "LSE", "here", "idea");
     int unavailable = 0;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
         const int ok = attn_stage_available(s) == ATTN_OK;
-        printf("%-3s %-20s %-4s %-21s %-10s %-4s %-5s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
-               s->dims_text, (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16,bf16" : "fp16",
-               s->writes_lse ? "yes" : "no", ok ? "yes" : "no", s->idea);
+        printf("%-3s %-20s %-4s %-4s %-21s %-10s %-4s %-5s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
+               s->pass == ATTN_FORWARD ? "fwd" : "bwd", s->dims_text,
+               (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16,bf16" : "fp16",
+               s->pass != ATTN_FORWARD ? "in" : s->writes_lse ? "yes" : "no", ok ? "yes" : "no", s->idea);
         unavailable += !ok;
     }
     if (unavailable) printf("\nnot runnable here:\n");
@@ -149,10 +158,14 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
     printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s scale=%g\n", (long long)p->B, (long long)p->H,
            (long long)p->N, (long long)p->D, p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
            (double)p->scale);
-    printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", r->ms_median, r->runs, r->ms_min,
-           r->ms_max);
-    printf("speed    %.4g TFLOP/s\n", r->tflops);
-    printf("memory   %.3f GiB beyond Q, K, V, O and LSE", (double)r->extra_bytes / 1073741824.0);
+    const int backward = s->pass != ATTN_FORWARD;
+    if (backward)
+        printf("forward  %s %s (O and LSE for the backward, run once, untimed)\n", r->forward->id, r->forward->name);
+    printf("time     %.4f ms (median of %d; min %.4f, max %.4f)%s\n", r->ms_median, r->runs, r->ms_min,
+           r->ms_max, backward ? ", the backward alone" : "");
+    printf("speed    %.4g TFLOP/s%s\n", r->tflops, backward ? " (2.5 x the forward's FLOPs)" : "");
+    printf("memory   %.3f GiB beyond %s", (double)r->extra_bytes / 1073741824.0,
+           backward ? "Q, K, V, O, LSE, dO, dQ, dK and dV" : "Q, K, V, O and LSE");
     if (s->on_gpu)
         printf(" (device free memory dropped by %.3f GiB)", (double)r->extra_measured / 1073741824.0);
     printf("\n");
@@ -219,6 +232,42 @@ static int print_check(const attn_stage *s, int64_t D, const attn_result *r) {
     return c->pass ? 0 : EXIT_FAIL;
 }
 
+/* A backward stage's check: the forward's O and LSE (its own check), then dQ, dK and dV. */
+static int print_check_backward(const attn_stage *s, const attn_result *r) {
+    const attn_check *f = &r->chk;
+    const attn_grad_check *g = &r->grad;
+    printf("check    dQ on %lld rows, dK and dV on %lld keys, of %lld heads, against the double reference\n",
+           (long long)g->rows, (long long)g->keys, (long long)g->heads);
+    printf("  forward %-6s O err/tol %.3f, LSE err/tol %.3f over %lld rows: %s\n", r->forward->id, f->worst_ratio,
+           f->lse_worst_ratio, (long long)f->rows_checked, f->pass ? "pass" : "FAIL");
+    if (g->forward_nonfinite)
+        printf("  forward         %lld rows of O or LSE not finite: the gradients' tolerance needs them\n",
+               (long long)g->forward_nonfinite);
+    for (int t = 0; t < 3; t++) {
+        const attn_tensor_check *c = &g->t[t];
+        printf("  %s  max abs error %.3e  rel L2 %.3e", attn_grad_name(t), c->max_abs_err, c->rel_l2);
+        if (c->worst_b >= 0 && isfinite(c->worst_got))
+            printf("  worst [b=%lld, h=%lld, %s=%lld, d=%lld] got %.6g want %.6g tol %.3g (err/tol %.3f)",
+                   (long long)c->worst_b, (long long)c->worst_h, t == 0 ? "n" : "key", (long long)c->worst_n,
+                   (long long)c->worst_d, c->worst_got, c->worst_want, c->worst_tol, c->worst_ratio);
+        else if (c->worst_b >= 0)
+            printf("  worst [b=%lld, h=%lld, %s=%lld, d=%lld] not finite", (long long)c->worst_b,
+                   (long long)c->worst_h, t == 0 ? "n" : "key", (long long)c->worst_n, (long long)c->worst_d);
+        printf("\n");
+        if (c->unwritten) printf("      never written: %lld elements (they still hold the poison)\n", (long long)c->unwritten);
+        if (c->nonfinite > c->unwritten)
+            printf("      non-finite: %lld elements written as NaN or inf\n", (long long)(c->nonfinite - c->unwritten));
+    }
+    if (r->identical >= 0)
+        printf("  repeat          %s\n", r->identical ? "bit-identical to the first run"
+                                        : s->pass == ATTN_BACKWARD_ATOMIC
+                                            ? "differs from the first run in the last bits (dQ's atomic sums)"
+                                            : "DIFFERS from the first run");
+    const int pass = f->pass && g->pass; /* as the forward's: a repeat that differs is reported, not failed */
+    printf("%s\n", pass ? "PASS" : "FAIL");
+    return pass ? 0 : EXIT_FAIL;
+}
+
 /* Everything the command line asks for. */
 typedef struct {
     const char *stage_key, *load_dir, *save_dir;
@@ -231,6 +280,7 @@ typedef struct {
     int check_rows_given, seed_given;
     long long gpus;  /* --gpus: 0 = the stage's default */
     int save_inputs; /* --save-inputs: q.npy, k.npy, v.npy beside the results */
+    const char *forward_key; /* --forward: the forward stage a backward stage reads */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
@@ -239,7 +289,7 @@ static int given_twice(const char *a, unsigned *seen) {
     static const char *const once[] = {"--stage",  "--batch",  "--heads",      "--seq",   "--dim",
                                        "--causal", "--scale",  "--dtype",      "--gpus",  "--seed",
                                        "--init",   "--repeat", "--warmup",     "--check", "--check-rows",
-                                       "--load",   "--save",   "--save-inputs"};
+                                       "--load",   "--save",   "--save-inputs", "--forward"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
         if (*seen & (1u << f)) return bad("%s given twice", a), 1;
@@ -322,6 +372,8 @@ static int parse_int_flag(cli *c, const int_flag *f, const char *val) {
 static int parse_text_flag(cli *c, const char *a, const char *val) {
     if (!strcmp(a, "--stage"))
         c->stage_key = val;
+    else if (!strcmp(a, "--forward"))
+        c->forward_key = val;
     else if (!strcmp(a, "--load")) {
         if (!*val) return bad("--load needs a directory (got an empty name)"); /* not "/q.npy" */
         c->load_dir = val;
@@ -357,7 +409,7 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
 }
 
 static int is_text_flag(const char *a) {
-    static const char *const text[] = {"--stage", "--load", "--save", "--scale", "--dtype", "--init"};
+    static const char *const text[] = {"--stage", "--load", "--save", "--scale", "--dtype", "--init", "--forward"};
     for (unsigned f = 0; f < sizeof text / sizeof text[0]; f++)
         if (!strcmp(a, text[f])) return 1;
     return 0;
@@ -421,8 +473,29 @@ static int parse_args(int argc, char **argv, cli *c) {
     return refuse_ignored_flags(c);
 }
 
-/* --save's files: the results, then (--save-inputs) the inputs */
-static const char *const save_names[5] = {"o.npy", "lse.npy", "q.npy", "k.npy", "v.npy"};
+/* --save's files: a forward stage's results (o.npy, and lse.npy where it writes LSE) or a backward
+ * stage's (dq.npy, dk.npy, dv.npy), then with --save-inputs the inputs (q.npy, k.npy, v.npy, and do.npy
+ * for a backward stage). */
+enum { SAVE_O, SAVE_LSE, SAVE_DQ, SAVE_DK, SAVE_DV, SAVE_Q, SAVE_K, SAVE_V, SAVE_DO, SAVE_FILES };
+static const char *const save_names[SAVE_FILES] = {"o.npy",  "lse.npy", "dq.npy", "dk.npy", "dv.npy",
+                                                   "q.npy",  "k.npy",   "v.npy",  "do.npy"};
+
+/* The files of a run in save_names' order: its results first (all of them, lse.npy included, when
+ * with_lse: a forward stage without LSE removes an old lse.npy, so it is one of its files too), then
+ * its inputs from *first_input on. Returns the count. */
+static int save_files(int backward, int with_lse, int *first_input, int files[SAVE_FILES]) {
+    int n = 0;
+    if (backward)
+        files[n++] = SAVE_DQ, files[n++] = SAVE_DK, files[n++] = SAVE_DV;
+    else {
+        files[n++] = SAVE_O;
+        if (with_lse) files[n++] = SAVE_LSE;
+    }
+    *first_input = n;
+    files[n++] = SAVE_Q, files[n++] = SAVE_K, files[n++] = SAVE_V;
+    if (backward) files[n++] = SAVE_DO;
+    return n;
+}
 
 static const char *file_kind(mode_t m) {
     return S_ISDIR(m)                 ? "a directory"
@@ -432,50 +505,56 @@ static const char *file_kind(mode_t m) {
                                       : "not a regular file";
 }
 
-/* The index in save_names of a q.npy, k.npy or v.npy in the --save directory that this run leaves
- * there unchanged although they are not its inputs, or -1. Without --save-inputs, inputs from an
- * earlier run (or another source) would stay beside the new o.npy, and `--load DIR --check` would
- * check the new results against them. They are this run's when DIR is the --load directory itself. */
-static int stale_inputs(const cli *c, int dirfd) {
+/* The index in save_names of an input (q.npy, k.npy, v.npy; do.npy for a backward stage) in the --save
+ * directory that this run leaves there unchanged although it is not its input, or -1. Without
+ * --save-inputs, inputs from an earlier run (or another source) would stay beside the new results, and
+ * `--load DIR --check` would check the new results against them. They are this run's when DIR is the
+ * --load directory itself. */
+static int stale_inputs(const cli *c, int dirfd, int backward) {
     if (c->save_inputs) return -1;
     struct stat save_sb, load_sb;
     if (c->load_dir && fstat(dirfd, &save_sb) == 0 && stat(c->load_dir, &load_sb) == 0 &&
         save_sb.st_dev == load_sb.st_dev && save_sb.st_ino == load_sb.st_ino)
         return -1;
-    for (int i = 2; i < 5; i++) {
+    int files[SAVE_FILES], first;
+    const int n = save_files(backward, 1, &first, files);
+    for (int i = first; i < n; i++) {
         struct stat sb;
-        if (fstatat(dirfd, save_names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0) return i;
+        if (fstatat(dirfd, save_names[files[i]], &sb, AT_SYMLINK_NOFOLLOW) == 0) return files[i];
     }
     return -1;
 }
 
-/* --save: before anything is computed, the directory is opened, an o.npy or lse.npy in it that is not
- * a file (or a link, which the rename replaces) is refused, as are inputs there that this run would
- * leave beside its results (stale_inputs), and a temporary file is created there and removed at once: a directory that cannot take the results is refused now, not after the run. The
- * results' own temporary files are created only when they are written (save_commit), so a run
+/* --save: before anything is computed, the directory is opened, a result (or with --save-inputs, an
+ * input) file in it that is not a file (or a link, which the rename replaces) is refused, as are inputs
+ * there that this run would leave beside its results (stale_inputs), and a temporary file is created
+ * there and removed at once: a directory that cannot take the results is refused now, not after the
+ * run. The results' own temporary files are created only when they are written (save_commit), so a run
  * interrupted before that leaves nothing in DIR. Returns -1 to go on, or the exit status. */
-static int save_begin(const cli *c, int *dirfd) {
+static int save_begin(const cli *c, int backward, int *dirfd) {
     if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
     *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
-    for (int i = 0; i < (c->save_inputs ? 5 : 2); i++) { /* lse.npy too: a stage without LSE removes it */
+    int files[SAVE_FILES], first;
+    const int n = save_files(backward, 1, &first, files); /* lse.npy too: a stage without LSE removes it */
+    for (int i = 0; i < (c->save_inputs ? n : first); i++) {
         struct stat sb;
-        if (fstatat(*dirfd, save_names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
+        if (fstatat(*dirfd, save_names[files[i]], &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
             !S_ISLNK(sb.st_mode))
             return bad(
                 "--save: '%s%s%s' is %s, not a file: it would be replaced (remove it or save elsewhere)",
-                c->save_dir, attn_dir_sep(c->save_dir), save_names[i], file_kind(sb.st_mode));
+                c->save_dir, attn_dir_sep(c->save_dir), save_names[files[i]], file_kind(sb.st_mode));
     }
-    const int stale = stale_inputs(c, *dirfd);
+    const int stale = stale_inputs(c, *dirfd, backward);
     if (stale >= 0)
         return bad("--save: '%s%s%s' holds inputs that this run does not write: its results would sit beside "
                    "inputs they may not belong to (add --save-inputs to write this run's q.npy, k.npy and "
-                   "v.npy, or remove them)",
-                   c->save_dir, attn_dir_sep(c->save_dir), save_names[stale]);
+                   "v.npy%s, or remove them)",
+                   c->save_dir, attn_dir_sep(c->save_dir), save_names[stale], backward ? " and do.npy" : "");
     npy_out probe;
     attn_held_signals held;
     attn_signals_hold(&held); /* a Ctrl-C between the two calls would leave the probe behind */
-    attn_status st = npy_out_create(&probe, *dirfd, c->save_dir, save_names[0]);
+    attn_status st = npy_out_create(&probe, *dirfd, c->save_dir, save_names[files[0]]);
     npy_out_discard(&probe);
     attn_signals_release(&held);
     if (st != ATTN_OK)
@@ -483,30 +562,29 @@ static int save_begin(const cli *c, int *dirfd) {
     return -1;
 }
 
-/* Writes o.npy (and lse.npy; with --save-inputs q.npy, k.npy and v.npy) and commits them together; a
- * stage without LSE removes an lse.npy that an earlier run left, so that no lse.npy ever sits beside
- * an o.npy it does not belong to. */
-static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in, int dirfd, const uint16_t *o,
-                       const float *lse) {
+/* Writes the results (o.npy and lse.npy, or dq.npy, dk.npy and dv.npy; with --save-inputs the inputs
+ * too) and commits them together; a forward stage without LSE removes an lse.npy that an earlier run
+ * left, so that no lse.npy ever sits beside an o.npy it does not belong to. data[] is indexed as
+ * save_names. */
+static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in, int dirfd,
+                       const void *const data[SAVE_FILES]) {
     const attn_problem *p = &in->p;
     const int64_t shape[4] = {p->B, p->H, p->N, p->D};
     static const char *const stale[1] = {"lse.npy"};
-    const void *data[5] = {o, lse, in->q, in->k, in->v};
-    int which[5], nouts = 0; /* indices into save_names and data */
-    which[nouts++] = 0;
-    if (s->writes_lse) which[nouts++] = 1;
-    for (int i = 2; c->save_inputs && i < 5; i++) which[nouts++] = i;
-    npy_out outs[5];
+    const int backward = s->pass != ATTN_FORWARD, with_lse = !backward && s->writes_lse;
+    int files[SAVE_FILES], first;
+    const int n = save_files(backward, with_lse, &first, files), nouts = c->save_inputs ? n : first;
+    npy_out outs[SAVE_FILES];
     int made = 0;
     attn_status st = ATTN_OK;
     attn_held_signals held;
     attn_signals_hold(&held); /* from the first temporary file to the last rename (hold_signals.h) */
     for (; made < nouts && st == ATTN_OK; made++)
-        st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[which[made]]);
+        st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[files[made]]);
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
-        st = which[i] == 1 ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[1])
-                           : npy_out_write(&outs[i], NPY_F16, 4, shape, data[which[i]]);
-    if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, s->writes_lse ? 0 : 1);
+        st = files[i] == SAVE_LSE ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
+                                  : npy_out_write(&outs[i], NPY_F16, 4, shape, data[files[i]]);
+    if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, backward || with_lse ? 0 : 1);
     for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
     attn_signals_release(&held);
     if (st != ATTN_OK) {
@@ -516,12 +594,12 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     return 0;
 }
 
-/* The note for inputs rounded to t on loading: bit 0, 1, 2 of mask for q.npy, k.npy, v.npy. */
+/* The note for inputs rounded to t on loading: bit 0, 1, 2, 3 of mask for q.npy, k.npy, v.npy, do.npy. */
 static void note_rounded(unsigned mask, const char *held, attn_dtype t) {
-    static const char *const names[3] = {"q.npy", "k.npy", "v.npy"};
-    char list[32] = "";
+    static const char *const names[4] = {"q.npy", "k.npy", "v.npy", "do.npy"};
+    char list[40] = "";
     size_t n = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (mask >> i & 1) n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", names[i]);
     fprintf(stderr, "attn: note: %s held %s values, rounded to %s (the type the stages read)\n", list, held,
             attn_dtype_name(t));
@@ -557,6 +635,15 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
         fprintf(stderr, "attn: %s\n", attn_last_error());
         return st == ATTN_EINVAL ? EXIT_USAGE : EXIT_FAIL; /* --init and --scale that overflow the inputs */
     }
+    if (s->pass != ATTN_FORWARD) { /* dO: random, or do.npy beside the --load inputs */
+        st = c->load_dir ? attn_inputs_load_grad(in, c->load_dir) : attn_inputs_random_grad(in, (uint64_t)c->seed);
+        if (st != ATTN_OK) {
+            fprintf(stderr, "attn: %s%s\n", c->load_dir ? "--load: " : "", attn_last_error());
+            return st == ATTN_ENOMEM ? EXIT_FAIL : EXIT_USAGE;
+        }
+        if (c->load_dir && (in->from_f32 & 8)) note_rounded(8, "float32", p->dtype);
+        else if (c->load_dir && p->dtype != ATTN_F16) note_rounded(8, "float16", p->dtype);
+    }
     if (attn_inputs_check_scale(in) != ATTN_OK) {
         fprintf(stderr, "attn: %s: %s\n",
                 c->have_scale ? "--scale"
@@ -568,21 +655,38 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
     return -1;
 }
 
-static int run(const cli *c) {
-    const attn_stage *s = attn_find_stage(c->stage_key);
-    if (!s) {
+/* The stage --stage names, and the forward --forward names (NULL: the default), or the exit status. */
+static int find_stages(const cli *c, const attn_stage **s, const attn_stage **f) {
+    *s = attn_find_stage(c->stage_key);
+    *f = NULL;
+    if (!*s) {
         fprintf(stderr, "attn: --stage: unknown stage '%s'; the stages are", c->stage_key);
         for (int i = 0; i < attn_num_stages; i++) fprintf(stderr, "%s %s", i ? "," : "", attn_stages[i].id);
         fprintf(stderr, " (or a folder or name: see --list)\n");
         return EXIT_USAGE;
     }
-    if (attn_stage_gpus_ok(s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
-    int dirfd = -1, rc = -1;
-    uint16_t *o = NULL;
-    float *lse = NULL;
+    if (attn_stage_gpus_ok(*s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
+    if (!c->forward_key) return -1;
+    if ((*s)->pass == ATTN_FORWARD)
+        return bad("--forward: stage %s is a forward stage; --forward names the forward that a backward stage "
+                   "(11 on) reads", (*s)->id);
+    if (!(*f = attn_find_stage(c->forward_key))) return bad("--forward: unknown stage '%s' (see --list)", c->forward_key);
+    if ((*f)->pass != ATTN_FORWARD || !(*f)->writes_lse)
+        return bad("--forward %s: a backward stage reads the O and LSE of a forward stage that writes LSE "
+                   "(see --list: fwd, LSE yes)", c->forward_key);
+    return -1;
+}
+
+static int run(const cli *c) {
+    const attn_stage *s, *f;
+    int rc = find_stages(c, &s, &f);
+    if (rc >= 0) return rc;
+    const int backward = s->pass != ATTN_FORWARD;
+    int dirfd = -1;
+    void *out[5] = {NULL, NULL, NULL, NULL, NULL}; /* o, lse; or dq, dk, dv: the results to save */
     attn_inputs in;
     memset(&in, 0, sizeof in);
-    if (c->save_dir) rc = save_begin(c, &dirfd);
+    if (c->save_dir) rc = save_begin(c, backward, &dirfd);
 
     attn_problem p = attn_problem_make(c->B, c->H, c->N, c->D, c->causal);
     p.dtype = c->dtype;
@@ -599,29 +703,36 @@ static int run(const cli *c) {
     opt.check_rows = c->check_rows;
     opt.seed = (uint64_t)c->seed;
     opt.gpus = (int)c->gpus;
+    opt.forward = f;
     if (rc < 0 && c->save_dir) {
-        o = attn_alloc((size_t)attn_qkv_elems(&p) * 2);
-        lse = attn_alloc((size_t)attn_rows(&p) * 4);
-        if (!o || !lse) {
-            fprintf(stderr, "attn: cannot allocate host memory for the outputs to save\n");
-            rc = EXIT_FAIL;
-        }
+        const size_t bytes = (size_t)attn_qkv_elems(&p) * 2;
+        const int n = backward ? 3 : 2;
+        for (int i = 0; i < n; i++)
+            out[i] = attn_alloc(!backward && i == 1 ? (size_t)attn_rows(&p) * 4 : bytes);
+        for (int i = 0; i < n; i++)
+            if (!out[i] && rc < 0) {
+                fprintf(stderr, "attn: cannot allocate host memory for the outputs to save\n");
+                rc = EXIT_FAIL;
+            }
     }
     if (rc < 0) {
         attn_result r;
-        attn_status st = attn_run(s, &in, &opt, &r, o, lse);
+        attn_grads g = {out[0], out[1], out[2]};
+        attn_status st = backward ? attn_run_backward(s, &in, &opt, &r, c->save_dir ? &g : NULL)
+                                  : attn_run(s, &in, &opt, &r, out[0], out[1]);
         rc = 0;
         if (st != ATTN_OK) {
             fprintf(stderr, "attn: %s\n", attn_last_error());
             rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
         } else {
             print_result(s, &p, &r);
-            if (c->save_dir) rc = save_commit(c, s, &in, dirfd, o, lse);
-            if (r.checked && print_check(s, p.D, &r) != 0) rc = EXIT_FAIL;
+            const void *data[SAVE_FILES] = {out[0], out[1], out[0], out[1], out[2], in.q, in.k, in.v, in.d_o};
+            if (c->save_dir) rc = save_commit(c, s, &in, dirfd, data);
+            if (r.checked && (backward ? print_check_backward(s, &r) : print_check(s, p.D, &r)) != 0) rc = EXIT_FAIL;
         }
     }
     if (dirfd >= 0) close(dirfd);
-    free(o), free(lse);
+    for (int i = 0; i < 5; i++) free(out[i]);
     attn_inputs_free(&in);
     return rc;
 }
@@ -645,7 +756,7 @@ static int guard_std_fds(void) {
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
     cli c = {NULL, NULL, NULL, 2, 8, 1024, 64, 1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0, 0};
+             NULL, NULL, 0,    0, 0, 0, NULL};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);

@@ -30,6 +30,10 @@ attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_
     return attn_fail(ATTN_ENODEV, "stage %s runs on the GPU, but this build has no CUDA (" ATTN_NO_CUDA_WHY ")",
                      s->id);
 }
+attn_status attn_run_gpu_backward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                                  attn_result *res, const uint16_t *o, const float *lse, attn_grads *g) {
+    return attn_run_gpu(s, in, opt, res, NULL, NULL);
+}
 
 attn_status attn_stage_available(const attn_stage *s) {
     if (!s->on_gpu && s->run) return ATTN_OK;
@@ -107,14 +111,26 @@ attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
 
 #define GIB(x) ((double)(x) / 1073741824.0)
 
+/* What a run writes, each poisoned before every run, copied out after the first and compared after the
+ * last: O and LSE for a forward stage (LSE copied and compared only where the stage writes it), dQ, dK
+ * and dV for a backward one. */
+typedef struct {
+    void *dev, *host; /* host: where the first run's copy goes */
+    size_t bytes;
+    int copy;
+} gpu_out;
+
 typedef struct {
     void *q, *k, *v, *o, *ws, *flush;
+    void *d_o, *dq, *dk, *dv; /* a backward stage's dO (read) and gradients (written) */
     size_t in_bytes, lse_bytes, ws_bytes; /* each of Q, K, V and O; LSE; the stage's workspace */
     size_t flush_bytes;
     float *lse;
     cudaStream_t stream;
     cudaEvent_t ev0, ev1;
     int have_stream, have_ev0, have_ev1, held_qkv; /* held_qkv: q, k, v belong to `held` below */
+    gpu_out out[3];
+    int nout;
 } gpu_bufs;
 
 /* Inputs held across runs (attn_gpu_hold_inputs): at N = 16384, D = 128 each tensor is 512 MB, and
@@ -174,6 +190,7 @@ static void gpu_release(gpu_bufs *b) {
     if (b->have_stream) cudaStreamDestroy(b->stream);
     if (!b->held_qkv) cudaFree(b->q), cudaFree(b->k), cudaFree(b->v);
     cudaFree(b->o), cudaFree(b->lse), cudaFree(b->ws);
+    cudaFree(b->d_o), cudaFree(b->dq), cudaFree(b->dk), cudaFree(b->dv);
     cudaFree(b->flush);
     cudaGetLastError(); /* a failed run must not poison the next one's error checks */
 }
@@ -183,11 +200,9 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* All bits set: NaN in fp16, bf16 and fp32, so an element a stage never writes fails the check. O has
- * the size of Q (in_bytes), LSE one float a row. */
+/* All bits set: NaN in fp16, bf16 and fp32, so an element a stage never writes fails the check. */
 static attn_status poison(const gpu_bufs *b) {
-    ATTN_CUDA(cudaMemsetAsync(b->o, 0xff, b->in_bytes, b->stream));
-    ATTN_CUDA(cudaMemsetAsync(b->lse, 0xff, b->lse_bytes, b->stream));
+    for (int i = 0; i < b->nout; i++) ATTN_CUDA(cudaMemsetAsync(b->out[i].dev, 0xff, b->out[i].bytes, b->stream));
     return ATTN_OK;
 }
 
@@ -202,20 +217,29 @@ static attn_status alloc_flush(gpu_bufs *b) {
     return ATTN_OK;
 }
 
-/* Fit first, allocate second: the naive stage's scratch grows as N^2 and a framework simply crashes
+static attn_status upload(void **dev, const void *host, size_t bytes) {
+    ATTN_CUDA(cudaMalloc(dev, bytes));
+    if (host) ATTN_CUDA(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
+    return ATTN_OK;
+}
+
+/* Fit first, allocate second: the naive stages' scratch grows as N^2 and a framework simply crashes
  * when it does not fit; here the run is refused with the numbers. Sizes into b, Q, K, V uploaded (or
- * the held copies taken), O, LSE, the stream and the events allocated; the workspace comes later. */
-static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, attn_result *res, gpu_bufs *b) {
+ * the held copies taken), O and LSE allocated (a backward stage: uploaded from o and lse, with dO, and
+ * dQ, dK, dV allocated), the stream and the events made; the workspace comes later. */
+static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, const uint16_t *o, const float *lse,
+                                    attn_result *res, gpu_bufs *b) {
     const attn_problem *p = &in->p;
+    const int backward = s->pass != ATTN_FORWARD;
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
-    /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 4 * in_bytes
-     * would wrap past 2^64 and pass the fit check below. Up to 2^60 elements nothing wraps:
-     * 4 * 2^61 + 4 * 2^60 bytes < 2^64. */
+    /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 8 * in_bytes
+     * would wrap past 2^64 and pass the fit check below. Up to 2^59 elements nothing wraps:
+     * 8 * 2^60 + 4 * 2^59 bytes < 2^64. */
     const double elems = (double)attn_qkv_elems(p);
-    if (elems > 0x1p60)
-        return attn_fail(ATTN_ENOMEM, "Q, K, V, O and LSE would need %.3g EiB of device memory (%.3g elements"
-                         " per tensor; limit 2^60)", (4.0 * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
+    if (elems > 0x1p59)
+        return attn_fail(ATTN_ENOMEM, "the tensors would need %.3g EiB of device memory (%.3g elements"
+                         " per tensor; limit 2^59)", ((backward ? 8.0 : 4.0) * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
     b->in_bytes = (size_t)attn_qkv_elems(p) * 2, b->lse_bytes = (size_t)attn_rows(p) * 4;
     b->ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
     st = attn_gpu_available();
@@ -225,10 +249,11 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
     size_t free_b = 0, total_b = 0;
     ATTN_CUDA(cudaMemGetInfo(&free_b, &total_b));
     res->inputs_held = b->held_qkv = inputs_are_held(in);
-    const size_t io_bytes = (b->held_qkv ? 1 : 4) * b->in_bytes + b->lse_bytes; /* held: O and LSE only */
-    if (io_bytes > free_b)
-        return attn_fail(ATTN_ENOMEM, "%s need %.2f GiB, %.2f GiB free",
-                         b->held_qkv ? "O and LSE" : "Q, K, V, O and LSE", GIB(io_bytes), GIB(free_b));
+    /* held: Q, K and V are there already; a backward stage adds dO and its three gradients */
+    const size_t io_bytes = ((b->held_qkv ? 1 : 4) + (backward ? 4 : 0)) * b->in_bytes + b->lse_bytes;
+    const char *io_what = backward ? (b->held_qkv ? "O, LSE, dO, dQ, dK and dV" : "Q, K, V, O, LSE, dO, dQ, dK and dV")
+                                   : (b->held_qkv ? "O and LSE" : "Q, K, V, O and LSE");
+    if (io_bytes > free_b) return attn_fail(ATTN_ENOMEM, "%s need %.2f GiB, %.2f GiB free", io_what, GIB(io_bytes), GIB(free_b));
     if (b->ws_bytes > free_b - io_bytes)
         return attn_fail(ATTN_ENOMEM, "stage %s needs %.2f GiB for %s, %.2f GiB free", s->id,
                          GIB(b->ws_bytes), s->workspace_what ? s->workspace_what : "scratch",
@@ -236,15 +261,16 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
     if (b->held_qkv) {
         b->q = held.q, b->k = held.k, b->v = held.v;
     } else {
-        ATTN_CUDA(cudaMalloc(&b->q, b->in_bytes));
-        ATTN_CUDA(cudaMalloc(&b->k, b->in_bytes));
-        ATTN_CUDA(cudaMalloc(&b->v, b->in_bytes));
-        ATTN_CUDA(cudaMemcpy(b->q, in->q, b->in_bytes, cudaMemcpyHostToDevice));
-        ATTN_CUDA(cudaMemcpy(b->k, in->k, b->in_bytes, cudaMemcpyHostToDevice));
-        ATTN_CUDA(cudaMemcpy(b->v, in->v, b->in_bytes, cudaMemcpyHostToDevice));
+        if ((st = upload(&b->q, in->q, b->in_bytes)) != ATTN_OK || (st = upload(&b->k, in->k, b->in_bytes)) != ATTN_OK ||
+            (st = upload(&b->v, in->v, b->in_bytes)) != ATTN_OK)
+            return st;
     }
-    ATTN_CUDA(cudaMalloc(&b->o, b->in_bytes));
-    ATTN_CUDA(cudaMalloc((void **)&b->lse, b->lse_bytes));
+    if ((st = upload(&b->o, backward ? o : NULL, b->in_bytes)) != ATTN_OK ||
+        (st = upload((void **)&b->lse, backward ? lse : NULL, b->lse_bytes)) != ATTN_OK)
+        return st;
+    if (backward && ((st = upload(&b->d_o, in->d_o, b->in_bytes)) != ATTN_OK || (st = upload(&b->dq, NULL, b->in_bytes)) != ATTN_OK ||
+                     (st = upload(&b->dk, NULL, b->in_bytes)) != ATTN_OK || (st = upload(&b->dv, NULL, b->in_bytes)) != ATTN_OK))
+        return st;
     ATTN_CUDA(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     b->have_stream = 1;
     ATTN_CUDA(cudaEventCreate(&b->ev0));
@@ -268,9 +294,9 @@ static attn_status alloc_workspace(const attn_stage *s, gpu_bufs *b, size_t *fre
     return ATTN_OK;
 }
 
-/* The first run is the one that is checked: poisoned first, its output copied out. */
+/* The first run is the one that is checked: poisoned first, its outputs copied out. */
 static attn_status first_run(const attn_stage *s, const attn_problem *p, const attn_args *a, size_t free_before,
-                             attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
+                             attn_result *res, gpu_bufs *b) {
     size_t free_after = 0, total_b = 0;
     attn_status st;
     if ((st = poison(b)) != ATTN_OK) return st;
@@ -279,8 +305,8 @@ static attn_status first_run(const attn_stage *s, const attn_problem *p, const a
     ATTN_CUDA(cudaGetLastError());
     ATTN_CUDA(cudaMemGetInfo(&free_after, &total_b));
     res->extra_measured = free_before > free_after ? free_before - free_after : 0;
-    ATTN_CUDA(cudaMemcpy(o_first, b->o, b->in_bytes, cudaMemcpyDeviceToHost));
-    if (s->writes_lse) ATTN_CUDA(cudaMemcpy(lse_first, b->lse, b->lse_bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < b->nout; i++)
+        if (b->out[i].copy) ATTN_CUDA(cudaMemcpy(b->out[i].host, b->out[i].dev, b->out[i].bytes, cudaMemcpyDeviceToHost));
     return ATTN_OK;
 }
 
@@ -320,46 +346,74 @@ static attn_status timed_runs(const attn_stage *s, const attn_problem *p, const 
     return ATTN_OK;
 }
 
-/* Bit-for-bit repeatability of the last timed run against the first (checked) one: res->identical. */
-static attn_status compare_last_run(const attn_stage *s, attn_result *res, const uint16_t *o_first,
-                                    const float *lse_first, const gpu_bufs *b) {
-    const int own = !b->held_qkv; /* held inputs come with a host buffer for this copy */
-    uint16_t *o2 = own ? attn_alloc(b->in_bytes) : held.o2;
-    float *l2 = !s->writes_lse ? NULL : own ? attn_alloc(b->lse_bytes) : held.l2;
-    if (!o2 || (s->writes_lse && !l2)) {
-        if (own) free(o2), free(l2);
-        return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
+/* Bit-for-bit repeatability of the last timed run against the first (checked) one: res->identical.
+ * Held inputs come with host buffers for the copies of O and LSE. */
+static attn_status compare_last_run(attn_result *res, const gpu_bufs *b) {
+    res->identical = 1;
+    for (int i = 0; i < b->nout; i++) {
+        if (!b->out[i].copy) continue;
+        const int own = !b->held_qkv || i >= 2 || b->dq;
+        void *copy = own ? attn_alloc(b->out[i].bytes) : i == 0 ? (void *)held.o2 : (void *)held.l2;
+        if (!copy) return attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
+        cudaError_t e = cudaMemcpy(copy, b->out[i].dev, b->out[i].bytes, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess && memcmp(copy, b->out[i].host, b->out[i].bytes) != 0) res->identical = 0;
+        if (own) free(copy);
+        if (e != cudaSuccess) return attn_fail(ATTN_ECUDA, "copying the outputs back: %s", cudaGetErrorString(e));
     }
-    cudaError_t e = cudaMemcpy(o2, b->o, b->in_bytes, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess && l2) e = cudaMemcpy(l2, b->lse, b->lse_bytes, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        res->identical = memcmp(o2, o_first, b->in_bytes) == 0 && (!l2 || memcmp(l2, lse_first, b->lse_bytes) == 0);
-    if (own) free(o2), free(l2);
-    if (e != cudaSuccess) return attn_fail(ATTN_ECUDA, "copying O back: %s", cudaGetErrorString(e));
     return ATTN_OK;
 }
 
-/* One stage on the GPU: allocate, the checked first run, the timed runs, the repeatability check. */
-static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
-                            attn_result *res, uint16_t *o_first, float *lse_first, gpu_bufs *b) {
+/* The outputs a run writes: O and LSE (copied into host[0] and host[1]) for a forward stage, dQ, dK and
+ * dV (host[0..2]) for a backward one. */
+static void set_outputs(const attn_stage *s, void *const host[3], gpu_bufs *b) {
+    if (s->pass == ATTN_FORWARD) {
+        b->nout = 2;
+        b->out[0] = (gpu_out){b->o, host[0], b->in_bytes, 1};
+        b->out[1] = (gpu_out){b->lse, host[1], b->lse_bytes, s->writes_lse};
+        return;
+    }
+    b->nout = 3;
+    b->out[0] = (gpu_out){b->dq, host[0], b->in_bytes, 1};
+    b->out[1] = (gpu_out){b->dk, host[1], b->in_bytes, 1};
+    b->out[2] = (gpu_out){b->dv, host[2], b->in_bytes, 1};
+}
+
+/* One stage on the GPU: allocate, the checked first run, the timed runs, the repeatability check. A
+ * backward stage reads o and lse (host, its forward's). */
+static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt, attn_result *res,
+                            const uint16_t *o, const float *lse, void *const host[3], gpu_bufs *b) {
     size_t free_before = 0;
-    attn_status st = fit_and_allocate(s, in, res, b);
+    attn_status st = fit_and_allocate(s, in, o, lse, res, b);
     if (st == ATTN_OK && opt->cold_l2) st = alloc_flush(b);
     if (st == ATTN_OK) st = alloc_workspace(s, b, &free_before);
     if (st != ATTN_OK) return st;
+    set_outputs(s, host, b);
     res->extra_bytes = b->ws_bytes;
-    const attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream, opt->gpus};
-    if ((st = first_run(s, &in->p, &a, free_before, res, o_first, lse_first, b)) != ATTN_OK) return st;
+    const attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream, opt->gpus, b->d_o, b->dq, b->dk, b->dv};
+    if ((st = first_run(s, &in->p, &a, free_before, res, b)) != ATTN_OK) return st;
     if ((st = timed_runs(s, &in->p, &a, opt, res, b)) != ATTN_OK) return st;
     res->identical = -1;
-    return opt->check && res->runs > 0 ? compare_last_run(s, res, o_first, lse_first, b) : ATTN_OK;
+    return opt->check && res->runs > 0 ? compare_last_run(res, b) : ATTN_OK;
 }
 
 attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                          attn_result *res, uint16_t *o_first, float *lse_first) {
+    if (s->pass != ATTN_FORWARD) return attn_fail(ATTN_EINVAL, "stage %s is a backward stage", s->id);
     gpu_bufs b;
     memset(&b, 0, sizeof b);
-    attn_status st = gpu_body(s, in, opt, res, o_first, lse_first, &b);
+    void *const host[3] = {o_first, lse_first, NULL};
+    attn_status st = gpu_body(s, in, opt, res, NULL, NULL, host, &b);
+    gpu_release(&b);
+    return st;
+}
+
+attn_status attn_run_gpu_backward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                                  attn_result *res, const uint16_t *o, const float *lse, attn_grads *g) {
+    if (s->pass == ATTN_FORWARD) return attn_fail(ATTN_EINVAL, "stage %s is a forward stage", s->id);
+    gpu_bufs b;
+    memset(&b, 0, sizeof b);
+    void *const host[3] = {g->dq, g->dk, g->dv};
+    attn_status st = gpu_body(s, in, opt, res, o, lse, host, &b);
     gpu_release(&b);
     return st;
 }

@@ -43,8 +43,8 @@ const char *attn_init_name(attn_init kind) {
 }
 
 void attn_inputs_free(attn_inputs *in) {
-    free(in->q), free(in->k), free(in->v);
-    in->q = in->k = in->v = NULL;
+    free(in->q), free(in->k), free(in->v), free(in->d_o);
+    in->q = in->k = in->v = in->d_o = NULL;
 }
 
 static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
@@ -109,6 +109,22 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
                          " |scale| to keep the scores in range): use a larger |scale|, or --init normal",
                          attn_init_name(kind), scale, attn_dtype_name(p->dtype));
     }
+    return ATTN_OK;
+}
+
+attn_status attn_inputs_random_grad(attn_inputs *in, uint64_t seed) {
+    const attn_problem *p = &in->p;
+    const int64_t total = attn_qkv_elems(p);
+    uint16_t *g = attn_alloc((size_t)total * 2);
+    if (!g) {
+        char size[32];
+        return attn_fail(ATTN_ENOMEM, "cannot allocate %s of host memory for dO",
+                         attn_size_text(2.0 * (double)total, size, sizeof size));
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < total; e++) g[e] = attn_from_f32((float)normal_at(seed, 4, (uint64_t)e), p->dtype);
+    free(in->d_o);
+    in->d_o = g;
     return ATTN_OK;
 }
 
@@ -180,6 +196,41 @@ attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_proble
     return st;
 }
 
+attn_status attn_inputs_load_grad(attn_inputs *in, const char *dir) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s%sdo.npy", dir, attn_dir_sep(dir)) >= sizeof path)
+        return attn_fail(ATTN_EINVAL, "directory name is too long (%zu bytes)", strlen(dir));
+    npy_array a;
+    memset(&a, 0, sizeof a);
+    attn_status st = npy_read(path, &a);
+    if (st != ATTN_OK) {
+        char why[1024]; /* attn_fail writes the buffer attn_last_error() points to */
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_fail(st, "%s (a backward stage reads dO from do.npy beside q.npy, k.npy and v.npy)", why);
+    }
+    const attn_problem *p = &in->p;
+    const int64_t want[4] = {p->B, p->H, p->N, p->D};
+    int same = a.ndim == 4;
+    for (int d = 0; same && d < 4; d++) same = a.shape[d] == want[d];
+    uint16_t *g = same ? attn_alloc((size_t)attn_qkv_elems(p) * 2) : NULL;
+    if (!same)
+        st = attn_fail(ATTN_EIO, "%s: shape must be q.npy's, (%lld, %lld, %lld, %lld)", path, (long long)p->B,
+                       (long long)p->H, (long long)p->N, (long long)p->D);
+    else if (!g)
+        st = attn_fail(ATTN_ENOMEM, "cannot allocate host memory for dO");
+    else
+        st = convert_tensor(&a, path, p->dtype, g);
+    if (st == ATTN_OK) {
+        free(in->d_o);
+        in->d_o = g;
+        in->from_f32 |= (unsigned)(a.dtype == NPY_F32) << 3;
+    } else {
+        free(g);
+    }
+    npy_free(&a);
+    return st;
+}
+
 static double max_abs(const uint16_t *x, int64_t n, attn_dtype t) {
     double m = 0.0;
 #pragma omp parallel for reduction(max : m) schedule(static)
@@ -227,6 +278,7 @@ attn_run_opts attn_run_opts_default(void) {
     o.seed = 1;
     o.cold_l2 = 0;
     o.gpus = 0;
+    o.forward = NULL;
     return o;
 }
 
@@ -241,34 +293,35 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* What a CPU run writes: O and LSE (forward), or dQ, dK and dV (backward); each poisoned before every
+ * run, and with a check and more than one run the first run's copy is kept to compare the last one
+ * with, bit for bit, as the GPU half does. n outputs; copy[i] 0 for an output not compared (the LSE of a
+ * stage that does not write it). */
+typedef struct {
+    void *buf[3];
+    size_t bytes[3];
+    int copy[3], n;
+} cpu_outputs;
+
 static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
-                           attn_result *res, uint16_t *o, float *lse) {
+                           attn_result *res, const attn_args *a, const cpu_outputs *out) {
     const attn_problem *p = &in->p;
-    const size_t o_bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
-    attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1};
     const int runs = opt->repeat > 0 ? opt->repeat : 1;
     double *ms = attn_alloc((size_t)runs * sizeof(double));
     if (!ms) return attn_fail(ATTN_ENOMEM, "cannot allocate the timing array");
-    /* With a check and more than one run, the first run's output is kept to compare the last one
-     * with, bit for bit, as the GPU half does. */
     const int compare = opt->check && runs > 1;
-    uint16_t *o_first = compare ? malloc(o_bytes) : NULL;
-    float *lse_first = compare ? malloc(lse_bytes) : NULL;
+    void *first[3] = {NULL, NULL, NULL};
     attn_status st = ATTN_OK;
-    if (compare && (!o_first || !lse_first))
-        st = attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
-    for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, &a);
+    for (int i = 0; i < out->n && compare && st == ATTN_OK; i++)
+        if (!(first[i] = malloc(out->bytes[i]))) st = attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
+    for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, a);
     for (int r = 0; r < runs && st == ATTN_OK; r++) {
-        memset(o, 0xff, o_bytes); /* poison: NaN in every 16-bit and 32-bit float */
-        memset(lse, 0xff, lse_bytes);
+        for (int i = 0; i < out->n; i++) memset(out->buf[i], 0xff, out->bytes[i]); /* poison: NaN in every float */
         double t0 = now_ms();
-        st = s->run(p, &a);
+        st = s->run(p, a);
         ms[r] = now_ms() - t0;
         res->runs = r + 1;
-        if (st == ATTN_OK && compare && r == 0) {
-            memcpy(o_first, o, o_bytes);
-            memcpy(lse_first, lse, lse_bytes);
-        }
+        for (int i = 0; i < out->n && st == ATTN_OK && compare && r == 0; i++) memcpy(first[i], out->buf[i], out->bytes[i]);
     }
     if (st == ATTN_OK) {
         qsort(ms, (size_t)res->runs, sizeof *ms, cmp_double);
@@ -276,15 +329,31 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
         res->ms_median = res->runs % 2 ? ms[res->runs / 2] : 0.5 * (ms[res->runs / 2 - 1] + ms[res->runs / 2]);
     }
     res->identical = -1;
-    if (st == ATTN_OK && compare)
-        res->identical = memcmp(o, o_first, o_bytes) == 0 &&
-                         (!s->writes_lse || memcmp(lse, lse_first, lse_bytes) == 0);
-    free(ms), free(o_first), free(lse_first);
+    if (st == ATTN_OK && compare) {
+        res->identical = 1;
+        for (int i = 0; i < out->n; i++)
+            if (out->copy[i] && memcmp(out->buf[i], first[i], out->bytes[i]) != 0) res->identical = 0;
+    }
+    free(ms);
+    for (int i = 0; i < 3; i++) free(first[i]);
     return st;
+}
+
+/* The forward stage on the CPU: O and LSE. */
+static attn_status run_cpu_forward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                                   attn_result *res, uint16_t *o, float *lse) {
+    const attn_problem *p = &in->p;
+    const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL};
+    const cpu_outputs out = {{o, lse, NULL},
+                             {(size_t)attn_qkv_elems(p) * 2, (size_t)attn_rows(p) * 4, 0},
+                             {1, s->writes_lse, 0},
+                             2};
+    return run_cpu(s, in, opt, res, &a, &out);
 }
 
 attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                      attn_result *res, uint16_t *o_host, float *lse_host) {
+    if (s->pass != ATTN_FORWARD) return attn_run_backward(s, in, opt, res, NULL);
     memset(res, 0, sizeof *res);
     res->identical = -1;
     const attn_problem *p = &in->p;
@@ -324,9 +393,9 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
                          lse_failed ? "LSE" : "O");
     }
     double t0 = now_ms();
-    st = s->on_gpu ? attn_run_gpu(s, in, opt, res, o, lse) : run_cpu(s, in, opt, res, o, lse);
+    st = s->on_gpu ? attn_run_gpu(s, in, opt, res, o, lse) : run_cpu_forward(s, in, opt, res, o, lse);
     res->run_wall_ms = now_ms() - t0;
-    if (st == ATTN_OK && res->ms_median > 0.0) res->tflops = attn_flops(p) / (res->ms_median * 1e9);
+    if (st == ATTN_OK && res->ms_median > 0.0) res->tflops = attn_stage_flops(s, p) / (res->ms_median * 1e9);
     if (st == ATTN_OK && opt->check) {
         t0 = now_ms();
         int64_t *rows = NULL, nrows = 0;
@@ -338,5 +407,97 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     }
     if (o != o_host) free(o);
     if (lse != lse_host) free(lse);
+    return st;
+}
+
+/* ---- one run of a backward stage ---------------------------------------------------------- */
+
+double attn_stage_flops(const attn_stage *s, const attn_problem *p) {
+    return s->pass == ATTN_FORWARD ? attn_flops(p) : 2.5 * attn_flops(p);
+}
+
+const attn_stage *attn_default_forward(const attn_stage *s, const attn_problem *p) {
+    if (!s->on_gpu) {
+        const attn_stage *f = attn_find_stage("01");
+        return attn_stage_supports(f, p) == ATTN_OK ? f : NULL;
+    }
+    for (int i = attn_num_stages - 1; i >= 0; i--) {
+        const attn_stage *f = &attn_stages[i];
+        if (f->pass == ATTN_FORWARD && f->on_gpu && f->max_gpus == 1 && f->writes_lse &&
+            attn_stage_supports(f, p) == ATTN_OK && attn_stage_available(f) == ATTN_OK)
+            return f;
+    }
+    attn_fail(ATTN_ENODEV, "no GPU forward stage that writes LSE runs here with D = %lld, %s, for stage %s to "
+              "read (--forward names one)", (long long)p->D, attn_dtype_name(p->dtype), s->id);
+    return NULL;
+}
+
+/* The checks a backward run makes before it allocates anything. */
+static attn_status backward_ok(const attn_stage *s, const attn_stage *f, const attn_inputs *in,
+                               const attn_run_opts *opt) {
+    const attn_problem *p = &in->p;
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    if ((st = attn_stage_supports(s, p)) != ATTN_OK || (st = attn_stage_available(s)) != ATTN_OK) return st;
+    if ((st = attn_inputs_check_scale(in)) != ATTN_OK) return st;
+    if (opt->repeat < 0 || opt->warmup < 0) return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
+    if ((st = attn_stage_gpus_ok(s, opt->gpus)) != ATTN_OK) return st;
+    if (!in->d_o)
+        return attn_fail(ATTN_EINVAL, "stage %s is a backward stage: the inputs need dO (random, or do.npy with "
+                         "--load)", s->id);
+    if (!f) return ATTN_ENODEV; /* attn_default_forward said why */
+    if (f->pass != ATTN_FORWARD || !f->writes_lse)
+        return attn_fail(ATTN_EINVAL, "--forward %s: stage %s reads the O and LSE of a forward stage that writes "
+                         "LSE (01, 02, 06, 06m, 07-10)", f->id, s->id);
+    return ATTN_OK;
+}
+
+attn_status attn_run_backward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                              attn_result *res, attn_grads *g) {
+    memset(res, 0, sizeof *res);
+    res->identical = -1;
+    if (s->pass == ATTN_FORWARD) return attn_fail(ATTN_EINVAL, "stage %s is a forward stage", s->id);
+    const attn_problem *p = &in->p;
+    const attn_stage *f = opt->forward ? opt->forward : attn_problem_validate(p) == ATTN_OK ? attn_default_forward(s, p) : NULL;
+    attn_status st = backward_ok(s, f, in, opt);
+    if (st != ATTN_OK) return st;
+    const size_t bytes = (size_t)attn_qkv_elems(p) * 2, lse_bytes = (size_t)attn_rows(p) * 4;
+    uint16_t *o = attn_alloc(bytes), *dq = g ? g->dq : attn_alloc(bytes), *dk = g ? g->dk : attn_alloc(bytes),
+             *dv = g ? g->dv : attn_alloc(bytes);
+    float *lse = attn_alloc(lse_bytes);
+    if (!o || !lse || !dq || !dk || !dv) st = attn_fail(ATTN_ENOMEM, "cannot allocate host memory for O, LSE and the gradients");
+    /* the forward, once and untimed; with a check its O and LSE are checked too, since the gradients'
+     * tolerance counts their errors as measured (check_backward.c) */
+    attn_run_opts fo = attn_run_opts_default();
+    fo.warmup = 0, fo.repeat = 1, fo.check = opt->check, fo.check_rows = opt->check_rows, fo.seed = opt->seed;
+    fo.full_heads = opt->full_heads;
+    attn_result fr;
+    if (st == ATTN_OK && (st = attn_run(f, in, &fo, &fr, o, lse)) != ATTN_OK) {
+        char why[1024]; /* attn_fail writes the buffer attn_last_error() points to */
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        st = attn_fail(st, "the forward (stage %s) that stage %s reads: %s", f->id, s->id, why);
+    }
+    res->forward = f;
+    res->gpus = s->on_gpu ? 1 : 0;
+    double t0 = now_ms();
+    if (st == ATTN_OK && s->on_gpu) {
+        attn_grads mine = {dq, dk, dv};
+        st = attn_run_gpu_backward(s, in, opt, res, o, lse, &mine);
+    } else if (st == ATTN_OK) {
+        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, in->d_o, dq, dk, dv};
+        const cpu_outputs out = {{dq, dk, dv}, {bytes, bytes, bytes}, {1, 1, 1}, 3};
+        st = run_cpu(s, in, opt, res, &a, &out);
+    }
+    res->run_wall_ms = now_ms() - t0;
+    if (st == ATTN_OK && res->ms_median > 0.0) res->tflops = attn_stage_flops(s, p) / (res->ms_median * 1e9);
+    if (st == ATTN_OK && opt->check) {
+        t0 = now_ms();
+        res->chk = fr.chk;
+        st = attn_check_grads(in, o, lse, dq, dk, dv, opt->seed, &res->grad);
+        if (st == ATTN_OK) res->checked = 1;
+        res->check_wall_ms = now_ms() - t0;
+    }
+    free(o), free(lse);
+    if (!g) free(dq), free(dk), free(dv);
     return st;
 }

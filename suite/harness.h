@@ -27,16 +27,23 @@ typedef enum {
 typedef struct {
     attn_problem p;
     uint16_t *q, *k, *v; /* host, [B, H, N, D], bit patterns of p.dtype */
+    uint16_t *d_o;       /* dO for a backward stage (attn_inputs_random_grad, or do.npy), else NULL */
     unsigned from_f32;   /* attn_inputs_load: bit 0, 1, 2 set when q, k, v were float32 in their file
-                            (and so were rounded to p.dtype); 0 for random inputs */
+                            (and so were rounded to p.dtype); bit 3 for do.npy; 0 for random inputs */
 } attn_inputs;
 
 /* Fresh random inputs, rounded to p->dtype. Deterministic in seed. */
 attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t seed, attn_init kind);
+/* dO for a backward stage: N(0, 1), rounded to p.dtype, deterministic in seed (and unlike Q, K and V
+ * of the same seed); replaces a dO the inputs held. */
+attn_status attn_inputs_random_grad(attn_inputs *in, uint64_t seed);
 /* Reads DIR/q.npy, DIR/k.npy, DIR/v.npy (float16 or float32, [B, H, N, D], C order, all the same
  * shape, all finite). B, H, N and D of *p are replaced by the files'; causal, scale (if 0: 1/sqrt(D))
  * and dtype are kept; float32 values are rounded to p->dtype. */
 attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_problem *p);
+/* Reads DIR/do.npy (float16 or float32, the shape of in's Q, finite) into in->d_o, rounded to p.dtype
+ * (bit 3 of from_f32 set when it was float32). */
+attn_status attn_inputs_load_grad(attn_inputs *in, const char *dir);
 void attn_inputs_free(attn_inputs *in);
 /* Scores s = scale * q.k of these inputs are bounded by |scale| * D * max|q| * max|k|. Every stage
  * computes them accurately, and the float32 LSE stays finite, while
@@ -89,6 +96,29 @@ attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extr
 attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const float *lse,
                               const int64_t *rows, int64_t nrows, attn_check *c);
 
+/* The gradients' check (check_backward.c): dQ, dK and dV against the double reference of the
+ * backward (reference_backward.c), element by element, with the tolerance derived there. */
+typedef struct {
+    int64_t checked, nonfinite, unwritten; /* unwritten: NaN with the poison's bits, of nonfinite */
+    double max_abs_err, rel_l2, worst_ratio;
+    int64_t worst_b, worst_h, worst_n, worst_d; /* worst_n: the row (dQ) or key (dK, dV) */
+    double worst_got, worst_want, worst_tol;
+} attn_tensor_check;
+
+typedef struct {
+    int64_t heads, rows, keys;  /* heads checked; rows of dQ and keys of dK and dV, over those heads */
+    int64_t forward_nonfinite;  /* rows whose forward O or LSE is not finite: no tolerance, FAIL */
+    attn_tensor_check t[3];     /* dQ, dK, dV */
+    int pass;
+} attn_grad_check;
+
+/* "dQ", "dK", "dV" for t = 0, 1, 2 */
+const char *attn_grad_name(int t);
+/* Compares dq, dk, dv ([B, H, N, D], p.dtype) of the backward of the inputs (in->d_o required), whose
+ * forward wrote o and lse, with the double reference. Sampled rows, keys and heads take the seed. */
+attn_status attn_check_grads(const attn_inputs *in, const uint16_t *o, const float *lse, const uint16_t *dq,
+                             const uint16_t *dk, const uint16_t *dv, uint64_t seed, attn_grad_check *c);
+
 /* ---- one run ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -103,6 +133,8 @@ typedef struct {
                            before; 0 (default): warm, as back-to-back calls in a model see them */
     int gpus;           /* GPUs for a multi-GPU stage (stage 10): 0 = every GPU present; other
                            stages take 0 or 1. Default 0 */
+    const attn_stage *forward; /* a backward stage: the forward stage whose O and LSE it reads; NULL:
+                                  attn_default_forward() */
 } attn_run_opts;
 
 typedef struct {
@@ -120,7 +152,16 @@ typedef struct {
     int inputs_held;         /* 1: Q, K and V were those held by attn_gpu_hold_inputs, not uploaded */
     double run_wall_ms;      /* wall time of the whole run: set-up, copies, warm-up and timed runs */
     double check_wall_ms;    /* wall time of the check against the reference (0 without --check) */
+    /* A backward stage: chk is its forward's check (O and LSE), grad the gradients' check, and the
+     * times, TFLOP/s (2.5 x the forward's FLOPs) and identical are the backward's alone. */
+    const attn_stage *forward;
+    attn_grad_check grad;
 } attn_result;
+
+/* Host copies of a backward stage's gradients, [B, H, N, D] each, p.dtype. */
+typedef struct {
+    uint16_t *dq, *dk, *dv;
+} attn_grads;
 
 attn_run_opts attn_run_opts_default(void);
 /* Validates the problem against the stage and the scale against the inputs (attn_inputs_check_scale),
@@ -131,12 +172,31 @@ attn_run_opts attn_run_opts_default(void);
 attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                      attn_result *res, uint16_t *o_host, float *lse_host);
 
+/* A backward stage (s->pass != ATTN_FORWARD): runs its forward once, untimed (opt->forward, or
+ * attn_default_forward), for O and LSE, then the backward as attn_run runs a forward stage, and with
+ * opt->check checks the forward's O and LSE (res->chk) and the gradients (res->grad); res->chk.pass is
+ * then both. in->d_o is required. g (may be NULL) receives the gradients. attn_run calls this for a
+ * backward stage, with g NULL. */
+attn_status attn_run_backward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                              attn_result *res, attn_grads *g);
+/* The forward a backward stage runs by default: for a GPU stage the fastest forward stage (the last in
+ * the registry) that writes LSE, runs on one GPU here and takes the problem; for a CPU stage stage 01.
+ * NULL (with the reason in attn_last_error) when none can. */
+const attn_stage *attn_default_forward(const attn_stage *s, const attn_problem *p);
+/* attn_flops for a forward stage, 2.5 times that for a backward one (five products of the forward's
+ * size, against two: the convention of FlashAttention's benchmarks). */
+double attn_stage_flops(const attn_stage *s, const attn_problem *p);
+
 /* ---- the GPU, as the harness sees it (suite/gpu.c) ---------------------------------------- */
 
 /* The GPU half of attn_run: allocates, poisons, runs (first run's O and LSE to o_first and
  * lse_first, host buffers of the full output size), times, compares the last run with the first. */
 attn_status attn_run_gpu(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                          attn_result *res, uint16_t *o_first, float *lse_first);
+/* The same for a backward stage: uploads o and lse (its forward's) with Q, K, V and dO, and copies the
+ * first run's gradients into g. */
+attn_status attn_run_gpu_backward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                                  attn_result *res, const uint16_t *o, const float *lse, attn_grads *g);
 
 /*
  * Holds Q, K and V of `in` on the current device until attn_gpu_release_inputs(), with a host buffer

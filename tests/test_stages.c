@@ -71,6 +71,7 @@ ParameterizedTestParameters(stages, match_reference) {
     int n = 0;
     for (int s = 0; s < attn_num_stages; s++) {
         if (!strcmp(attn_stages[s].id, "01")) continue; /* the reference: test_reference.c */
+        if (attn_stages[s].pass != ATTN_FORWARD) continue; /* the backward stages: test_backward.c */
         if (!test_wants_stage(attn_stages[s].id)) continue;
         for (int d = 0; d < attn_num_test_dims; d++)
             for (int t = 0; t <= ATTN_BF16 && n < MAX_GROUPS; t++)
