@@ -364,14 +364,15 @@ static void calibrate_cpu(sweep_t *sw, const attn_stage *s) {
     attn_run_opts o = attn_run_opts_default();
     o.warmup = 1, o.repeat = 1;
     if (attn_inputs_random(&in, &p, 12345, ATTN_INIT_NORMAL) != ATTN_OK) return;
-    if (attn_run(s, &in, &o, &res, NULL, NULL) == ATTN_OK && res.ms_median > 0)
-        *rate = attn_flops(&p) / (res.ms_median * 1e6);
+    if ((s->pass == ATTN_FORWARD || attn_inputs_random_grad(&in, 12346) == ATTN_OK) &&
+        attn_run(s, &in, &o, &res, NULL, NULL) == ATTN_OK && res.ms_median > 0)
+        *rate = attn_stage_flops(s, &p) / (res.ms_median * 1e6);
     attn_inputs_free(&in);
 }
 
 static int cpu_too_slow(const sweep_t *sw, const attn_stage *s, const attn_problem *p, double *est_ms) {
     const double rate = *cpu_rate(sw, s);
-    *est_ms = rate > 0 ? attn_flops(p) / (rate * 1e6) : 0;
+    *est_ms = rate > 0 ? attn_stage_flops(s, p) / (rate * 1e6) : 0;
     return *est_ms > sw->c->cpu_limit_s * 1e3;
 }
 
@@ -421,7 +422,32 @@ static void pick_repeats(const cfg_t *c, double est_ms, int on_gpu, attn_run_opt
     }
 }
 
+/* A backward stage's row: its forward's check and its gradients' (the largest error of dQ, dK, dV). */
+static void record_grad_check(sweep_t *sw, row_t *r, const attn_result *res) {
+    const attn_grad_check *g = &res->grad;
+    const int pass = !res->checked || (res->chk.pass && g->pass);
+    snprintf(r->status, sizeof r->status, "%s", pass ? "ok" : "FAIL");
+    snprintf(r->check, sizeof r->check, "%s", !res->checked ? "-" : pass ? "pass" : "FAIL");
+    if (!res->checked) return;
+    int w = 0;
+    for (int t = 0; t < 3; t++) {
+        if (!(g->t[t].max_abs_err <= r->max_err)) r->max_err = g->t[t].max_abs_err; /* NAN at first */
+        if (g->t[t].worst_ratio > g->t[w].worst_ratio) w = t;
+    }
+    if (pass) return;
+    const attn_tensor_check *t = &g->t[w];
+    set_note(r, "forward %s %s; %s worst at b=%lld h=%lld n=%lld d=%lld: got %.5g want %.5g (tol %.3g); %lld non-finite",
+             res->forward->id, res->chk.pass ? "pass" : "FAIL", attn_grad_name(w), (long long)t->worst_b,
+             (long long)t->worst_h, (long long)t->worst_n, (long long)t->worst_d, t->worst_got, t->worst_want,
+             t->worst_tol, (long long)(g->t[0].nonfinite + g->t[1].nonfinite + g->t[2].nonfinite));
+    sw->failed++;
+}
+
 static void record_check(sweep_t *sw, row_t *r, const attn_result *res) {
+    if (r->s->pass != ATTN_FORWARD) {
+        record_grad_check(sw, r, res);
+        return;
+    }
     const attn_check *k = &res->chk;
     int pass = !res->checked || k->pass;
     snprintf(r->status, sizeof r->status, "%s", pass ? "ok" : "FAIL");
@@ -453,7 +479,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         if (cpu_too_slow(sw, s, p, &est_ms) || !in->q) {
             snprintf(r->status, sizeof r->status, "cpu-skip");
             set_note(r, "est. %.1f s per run (%.1f GFLOP at %.2f GFLOP/s measured) > %.1f s limit",
-                     est_ms / 1e3, attn_flops(p) / 1e9, *cpu_rate(sw, s), c->cpu_limit_s);
+                     est_ms / 1e3, attn_stage_flops(s, p) / 1e9, *cpu_rate(sw, s), c->cpu_limit_s);
             progress(sw, r, now_s() - t0);
             return;
         }
@@ -478,14 +504,14 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
     if (st != ATTN_OK) status_row(sw, r, st, attn_last_error());
     else {
         r->ms = res.ms_median;
-        r->tflops = attn_flops(p) / (res.ms_median * 1e9);
+        r->tflops = attn_stage_flops(s, p) / (res.ms_median * 1e9);
         r->repeats = res.runs, r->run_s = res.run_wall_ms / 1e3, r->check_s = res.check_wall_ms / 1e3;
         r->workspace = (double)res.extra_bytes;
         r->extra = (double)(res.extra_measured > res.extra_bytes ? res.extra_measured : res.extra_bytes);
         /* a point of at least the calibration's rows refines the stage's rate; a smaller one, where
          * the OpenMP set-up weighs, would make every later estimate too slow */
         if (!s->on_gpu && res.ms_median > 0 && attn_rows(p) >= CALIBRATION_HEADS * CALIBRATION_N)
-            *cpu_rate(sw, s) = attn_flops(p) / (res.ms_median * 1e6);
+            *cpu_rate(sw, s) = attn_stage_flops(s, p) / (res.ms_median * 1e6);
         record_check(sw, r, &res);
     }
     progress(sw, r, now_s() - t0);
@@ -509,6 +535,13 @@ static int inputs_needed(sweep_t *sw, const attn_problem *p) {
     return 0;
 }
 
+/* 1 when a selected stage is a backward one (11 on): the points' inputs then need dO too. */
+static int backward_selected(const cfg_t *c) {
+    for (int k = 0; k < c->nstage_sel; k++)
+        if (attn_stages[c->stage_sel[k]].pass != ATTN_FORWARD) return 1;
+    return 0;
+}
+
 static void run_sweep(sweep_t *sw) {
     const cfg_t *c = sw->c;
     int nc = c->causal_mode < 0 ? 2 : 1;
@@ -525,6 +558,8 @@ static void run_sweep(sweep_t *sw) {
                 fprintf(stderr, "inputs B=%lld H=%lld N=%lld D=%lld ... ", (long long)p.B, (long long)p.H,
                         (long long)p.N, (long long)p.D);
                 ist = attn_inputs_random(&in, &p, 0xA77E + (uint64_t)(di * 64 + ni), ATTN_INIT_NORMAL);
+                if (ist == ATTN_OK && backward_selected(c)) /* dO for the backward stages */
+                    ist = attn_inputs_random_grad(&in, 0xD0A77E + (uint64_t)(di * 64 + ni));
                 if (ist == ATTN_OK && sw->gpu_ok) (void)attn_gpu_hold_inputs(&in); /* one upload per point */
                 sw->o_host = ist == ATTN_OK ? attn_alloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
                 sw->lse_host = ist == ATTN_OK ? attn_alloc((size_t)attn_rows(&p) * 4) : NULL;
@@ -555,7 +590,7 @@ static void csv_num(FILE *f, double v, const char *fmt) {
 
 static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *date) {
     fprintf(f, "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-               "workspace_bytes,max_abs_err,check,repeats,l2,note\n");
+               "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n");
     for (size_t i = 0; i < sw->nrows; i++) {
         const row_t *r = &sw->rows[i];
         fprintf(f, "%s,%s,%s,%s,%s,%lld,%lld,%lld,%lld,%d,%s,%s,", gpu, date, sw->c->commit, r->s->id,
@@ -568,7 +603,8 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
         csv_num(f, r->max_err, "%.4g");
         fprintf(f, "%s,", r->check);
         if (r->repeats > 0) fprintf(f, "%d", r->repeats);
-        fprintf(f, ",%s,%s\n", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm", r->note);
+        fprintf(f, ",%s,%s,%s\n", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm",
+                r->note, r->s->pass == ATTN_FORWARD ? "fwd" : "bwd");
     }
 }
 

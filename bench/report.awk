@@ -12,7 +12,7 @@
 BEGIN {
     FS = ","
     NCOL = split("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes," \
-                 "workspace_bytes,max_abs_err,check,repeats,l2,note", COL, ",")
+                 "workspace_bytes,max_abs_err,check,repeats,l2,note,pass", COL, ",")
     if (fast == "") fast = 6
     # the peers a fast stage is set against, and their short labels
     NPEER = split("sdpa_flash sdpa_cudnn triton_fa2 flash_attn4", PEER, " ")
@@ -40,6 +40,7 @@ FILENAME == skipfile || /^[ \t]*$/ || /^#/ { next }
         nr--
         next
     }
+    if (R[nr, "pass"] == "bwd") backward[R[nr, "stage"]] = 1
     if (R[nr, "causal"] == "True" || R[nr, "causal"] == "true") R[nr, "causal"] = 1
     R[nr, "causal"] += 0
     if (R[nr, "tflops"] == "" && R[nr, "ms"] > 0)
@@ -63,7 +64,9 @@ function ok(i) { return R[i, "status"] == "ok" && R[i, "ms"] > 0 }
 function point(i) { return R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "N"] SUBSEP R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "dtype"] }
 function panel(i) { return R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "dtype"] }
 function numeric(s) { return s ~ /^[0-9]+$/ }
-function isfast(s) { return numeric(s) && s + 0 >= fast + 0 }
+# A backward stage (its rows' pass is bwd) is set against backward peers only, none of which is
+# compared here yet: it is no fast stage of the forward's comparisons.
+function isfast(s) { return numeric(s) && s + 0 >= fast + 0 && !(s in backward) }
 
 # Speedups, series (stages by number, then peers as they first appear), panels and their N.
 function index_rows(   i, j, k, t, p, s, key, one) {

@@ -24,8 +24,11 @@ static int bench(const char *args) { return run_bin(bench_bin(), args, out, size
 
 #define EXPECT_BAD(args, needle) EXPECT_REFUSED(bench, out, args, needle)
 
+/* attn-bench's header; the report tests write the peers' (no pass column: a row reads as the forward's) */
 static const char HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-                             "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
+                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+static const char REPORT_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
+                                    "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
 
 /* A small sweep: 2 sequence lengths x causal and not, D = 32 (which the CPU models 03m-06m take). */
 #define SWEEP "--cpu-only --batch 1 --heads 2 --seqs 17,33 --dims 32 --causal both --warmup-ms 5 --repeat-ms 1"
@@ -80,7 +83,7 @@ static FILE *temp_dir_and_report_csv(char *dir, char *path, size_t cap) {
     snprintf(path, cap, "%s/in.csv", dir);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
-    fputs(HEADER, f);
+    fputs(REPORT_HEADER, f);
     return f;
 }
 
@@ -162,16 +165,17 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
     int rows = 0;
     for (char *save = NULL, *line = strtok_r(text + strlen(HEADER), "\n", &save); line;
          line = strtok_r(NULL, "\n", &save), rows++) {
-        char copy[1024], *field[22];
+        char copy[1024], *field[23];
         int nf = 1;
         snprintf(copy, sizeof copy, "%s", line);
         field[0] = copy;
-        for (char *p = copy; *p && nf < 22; p++)
+        for (char *p = copy; *p && nf < 23; p++)
             if (*p == ',') *p = '\0', field[nf++] = p + 1;
-        cr_assert_eq(nf, 21, "row %d has %d fields: %s", rows, nf, line);
+        cr_assert_eq(nf, 22, "row %d has %d fields: %s", rows, nf, line);
         cr_assert_str_eq(field[2], commit, "row %d: %s", rows, line);
         const attn_stage *s = attn_find_stage(field[3]);
         cr_assert_not_null(s, "unknown stage in row %d: %s", rows, line);
+        cr_assert_str_eq(field[21], s->pass == ATTN_FORWARD ? "fwd" : "bwd", "row %d: pass %s", rows, line);
         if (s->on_gpu) {
             cr_assert_str_eq(field[11], "no-gpu", "%s", line);
             cr_assert(field[20][0], "no reason given: %s", line); /* --cpu-only, or the build has no CUDA */
@@ -407,7 +411,7 @@ Test(bench, help_write_error_exits_1) {
 Test(bench, report_merge_refuses_what_is_not_a_file) {
     char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[2048];
     cr_assert_not_null(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "cd %s && printf '%s' > in.csv && mkfifo f && mkdir d", dir, HEADER);
+    snprintf(cmd, sizeof cmd, "cd %s && printf '%s' > in.csv && mkfifo f && mkdir d", dir, REPORT_HEADER);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s/d %s/in.csv", dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);

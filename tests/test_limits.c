@@ -19,6 +19,7 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
     int ran = 0, have_gpu = attn_gpu_available() == ATTN_OK;
     if (!have_gpu) cr_skip_test("needs a GPU: %s", attn_last_error());
     cr_assert_eq(attn_inputs_random(&in, p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(attn_inputs_random_grad(&in, seed ^ 0xd0), ATTN_OK, "%s", attn_last_error()); /* backward stages */
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
         if (!s->on_gpu || !test_wants_stage(s->id) || attn_stage_available(s) != ATTN_OK ||
@@ -37,6 +38,12 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
                   "non-finite %lld", s->id, (long long)p->B, (long long)p->H, (long long)p->N,
                   (long long)p->D, r.chk.worst_ratio, (long long)r.chk.worst_b, (long long)r.chk.worst_h,
                   (long long)r.chk.worst_n, (long long)r.chk.worst_d, (long long)r.chk.nonfinite);
+        for (int t = 0; t < 3 && s->pass != ATTN_FORWARD; t++) /* a backward stage: its gradients too */
+            cr_assert(r.grad.t[t].nonfinite == 0 && r.grad.t[t].worst_ratio <= 1.0,
+                      "stage %s B=%lld H=%lld N=%lld D=%lld: %s worst ratio %g at [%lld,%lld,%lld,%lld], non-finite %lld",
+                      s->id, (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D, attn_grad_name(t),
+                      r.grad.t[t].worst_ratio, (long long)r.grad.t[t].worst_b, (long long)r.grad.t[t].worst_h,
+                      (long long)r.grad.t[t].worst_n, (long long)r.grad.t[t].worst_d, (long long)r.grad.t[t].nonfinite);
         cr_log_info("stage %s at B=%lld H=%lld N=%lld D=%lld: %.3f ms, %lld rows checked, PASS", s->id,
                     (long long)p->B, (long long)p->H, (long long)p->N, (long long)p->D, r.ms_median,
                     (long long)r.chk.rows_checked);
@@ -77,6 +84,7 @@ Test(limits, non_finite_inputs_neither_hang_nor_crash, .timeout = 300) {
             for (int t = 0; t < 3; t++) {
                 attn_inputs in;
                 cr_assert_eq(attn_inputs_random(&in, &p, 30, ATTN_INIT_NORMAL), ATTN_OK);
+                cr_assert_eq(attn_inputs_random_grad(&in, 31), ATTN_OK); /* dO for the backward stages */
                 uint16_t *tensor = t == 0 ? in.q : t == 1 ? in.k : in.v;
                 for (int64_t e = 5; e < attn_qkv_elems(&p); e += 97) tensor[e] = bad[which];
                 attn_run_opts opt = attn_run_opts_default();
@@ -124,6 +132,7 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
     attn_problem p = attn_problem_make(2, 3, 129, 64, 1);
     attn_inputs in;
     cr_assert_eq(attn_inputs_random(&in, &p, 40, ATTN_INIT_NORMAL), ATTN_OK);
+    cr_assert_eq(attn_inputs_random_grad(&in, 41), ATTN_OK); /* dO for the backward stages */
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
         if (!s->on_gpu || !s->run || !test_wants_stage(s->id) || attn_stage_supports(s, &p) != ATTN_OK)
