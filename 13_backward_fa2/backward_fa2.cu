@@ -33,7 +33,8 @@
  * Limits: fp16 and bf16; D = 32, 64, 96, 128 (256 does not fit this split: dK and dV alone would take
  * 256 registers a thread); N_q = N_k; contiguous [B, H, N, D].
  * Run:    build/attn --stage 13 --batch 4 --heads 32 --seq 4096 --dim 128 --causal --check
- *         build/attn --stage 13d ...   (dQ in a fixed order: bit-for-bit repeatable)
+ *         build/attn --stage 13d --batch 4 --heads 32 --seq 4096 --dim 128 --causal --check
+ *         (13d: dQ in a fixed order, bit-for-bit repeatable)
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

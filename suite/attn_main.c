@@ -133,8 +133,8 @@ static int parse_i64(const char *flag, const char *s, long long lo, long long hi
 }
 
 static void list_stages(void) {
-    printf("%-3s %-20s %-4s %-4s %-21s %-10s %-4s %-5s %s\n", "id", "folder", "runs", "pass", "dims", "dtypes",
-           "LSE", "here", "idea");
+    printf("%-3s %-20s %-4s %-4s %-21s %-10s %-4s %-5s %s\n", "id", "folder", "runs", "pass", "dims",
+           "dtypes", "LSE", "here", "idea");
     int unavailable = 0;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
@@ -142,7 +142,10 @@ static void list_stages(void) {
         printf("%-3s %-20s %-4s %-4s %-21s %-10s %-4s %-5s %s\n", s->id, s->folder, s->on_gpu ? "gpu" : "cpu",
                s->pass == ATTN_FORWARD ? "fwd" : "bwd", s->dims_text,
                (s->dtypes & ATTN_DTYPE_BIT(ATTN_BF16)) ? "fp16,bf16" : "fp16",
-               s->pass != ATTN_FORWARD ? "in" : s->writes_lse ? "yes" : "no", ok ? "yes" : "no", s->idea);
+               s->pass != ATTN_FORWARD ? "in"
+               : s->writes_lse         ? "yes"
+                                       : "no",
+               ok ? "yes" : "no", s->idea);
         unavailable += !ok;
     }
     if (unavailable) printf("\nnot runnable here:\n");
@@ -160,7 +163,8 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
            (double)p->scale);
     const int backward = s->pass != ATTN_FORWARD;
     if (backward)
-        printf("forward  %s %s (O and LSE for the backward, run once, untimed)\n", r->forward->id, r->forward->name);
+        printf("forward  %s %s (O and LSE for the backward, run once, untimed)\n", r->forward->id,
+               r->forward->name);
     printf("time     %.4f ms (median of %d; min %.4f, max %.4f)%s\n", r->ms_median, r->runs, r->ms_min,
            r->ms_max, backward ? ", the backward alone" : "");
     printf("speed    %.4g TFLOP/s%s\n", r->tflops, backward ? " (2.5 x the forward's FLOPs)" : "");
@@ -238,8 +242,8 @@ static int print_check_backward(const attn_stage *s, const attn_result *r) {
     const attn_grad_check *g = &r->grad;
     printf("check    dQ on %lld rows, dK and dV on %lld keys, of %lld heads, against the double reference\n",
            (long long)g->rows, (long long)g->keys, (long long)g->heads);
-    printf("  forward %-6s O err/tol %.3f, LSE err/tol %.3f over %lld rows: %s\n", r->forward->id, f->worst_ratio,
-           f->lse_worst_ratio, (long long)f->rows_checked, f->pass ? "pass" : "FAIL");
+    printf("  forward %-6s O err/tol %.3f, LSE err/tol %.3f over %lld rows: %s\n", r->forward->id,
+           f->worst_ratio, f->lse_worst_ratio, (long long)f->rows_checked, f->pass ? "pass" : "FAIL");
     if (g->forward_nonfinite)
         printf("  forward         %lld rows of O or LSE not finite: the gradients' tolerance needs them\n",
                (long long)g->forward_nonfinite);
@@ -254,15 +258,19 @@ static int print_check_backward(const attn_stage *s, const attn_result *r) {
             printf("  worst [b=%lld, h=%lld, %s=%lld, d=%lld] not finite", (long long)c->worst_b,
                    (long long)c->worst_h, t == 0 ? "n" : "key", (long long)c->worst_n, (long long)c->worst_d);
         printf("\n");
-        if (c->unwritten) printf("      never written: %lld elements (they still hold the poison)\n", (long long)c->unwritten);
+        if (c->unwritten)
+            printf("      never written: %lld elements (they still hold the poison)\n",
+                   (long long)c->unwritten);
         if (c->nonfinite > c->unwritten)
-            printf("      non-finite: %lld elements written as NaN or inf\n", (long long)(c->nonfinite - c->unwritten));
+            printf("      non-finite: %lld elements written as NaN or inf\n",
+                   (long long)(c->nonfinite - c->unwritten));
     }
     if (r->identical >= 0)
-        printf("  repeat          %s\n", r->identical ? "bit-identical to the first run"
-                                        : s->pass == ATTN_BACKWARD_ATOMIC
-                                            ? "differs from the first run in the last bits (dQ's atomic sums)"
-                                            : "DIFFERS from the first run");
+        printf("  repeat          %s\n",
+               r->identical ? "bit-identical to the first run"
+               : s->pass == ATTN_BACKWARD_ATOMIC
+                   ? "differs from the first run in the last bits (dQ's atomic sums)"
+                   : "DIFFERS from the first run");
     const int pass = f->pass && g->pass; /* as the forward's: a repeat that differs is reported, not failed */
     printf("%s\n", pass ? "PASS" : "FAIL");
     return pass ? 0 : EXIT_FAIL;
@@ -278,17 +286,17 @@ typedef struct {
     attn_init init;
     const char *shape_flag, *init_flag; /* the first of --batch/--heads/--seq/--dim, and --init, if given */
     int check_rows_given, seed_given;
-    long long gpus;  /* --gpus: 0 = the stage's default */
-    int save_inputs; /* --save-inputs: q.npy, k.npy, v.npy beside the results */
+    long long gpus;          /* --gpus: 0 = the stage's default */
+    int save_inputs;         /* --save-inputs: q.npy, k.npy, v.npy beside the results */
     const char *forward_key; /* --forward: the forward stage a backward stage reads */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
  * the earlier one. seen holds a bit per flag of the list. */
 static int given_twice(const char *a, unsigned *seen) {
-    static const char *const once[] = {"--stage",  "--batch",  "--heads",      "--seq",   "--dim",
-                                       "--causal", "--scale",  "--dtype",      "--gpus",  "--seed",
-                                       "--init",   "--repeat", "--warmup",     "--check", "--check-rows",
+    static const char *const once[] = {"--stage",  "--batch",  "--heads",       "--seq",    "--dim",
+                                       "--causal", "--scale",  "--dtype",       "--gpus",   "--seed",
+                                       "--init",   "--repeat", "--warmup",      "--check",  "--check-rows",
                                        "--load",   "--save",   "--save-inputs", "--forward"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
@@ -409,7 +417,8 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
 }
 
 static int is_text_flag(const char *a) {
-    static const char *const text[] = {"--stage", "--load", "--save", "--scale", "--dtype", "--init", "--forward"};
+    static const char *const text[] = {"--stage", "--load", "--save",   "--scale",
+                                       "--dtype", "--init", "--forward"};
     for (unsigned f = 0; f < sizeof text / sizeof text[0]; f++)
         if (!strcmp(a, text[f])) return 1;
     return 0;
@@ -477,8 +486,8 @@ static int parse_args(int argc, char **argv, cli *c) {
  * stage's (dq.npy, dk.npy, dv.npy), then with --save-inputs the inputs (q.npy, k.npy, v.npy, and do.npy
  * for a backward stage). */
 enum { SAVE_O, SAVE_LSE, SAVE_DQ, SAVE_DK, SAVE_DV, SAVE_Q, SAVE_K, SAVE_V, SAVE_DO, SAVE_FILES };
-static const char *const save_names[SAVE_FILES] = {"o.npy",  "lse.npy", "dq.npy", "dk.npy", "dv.npy",
-                                                   "q.npy",  "k.npy",   "v.npy",  "do.npy"};
+static const char *const save_names[SAVE_FILES] = {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy",
+                                                   "q.npy", "k.npy",   "v.npy",  "do.npy"};
 
 /* The files of a run in save_names' order: its results first (all of them, lse.npy included, when
  * with_lse: a forward stage without LSE removes an old lse.npy, so it is one of its files too), then
@@ -636,13 +645,16 @@ static int make_inputs(const cli *c, const attn_stage *s, attn_problem *p, attn_
         return st == ATTN_EINVAL ? EXIT_USAGE : EXIT_FAIL; /* --init and --scale that overflow the inputs */
     }
     if (s->pass != ATTN_FORWARD) { /* dO: random, or do.npy beside the --load inputs */
-        st = c->load_dir ? attn_inputs_load_grad(in, c->load_dir) : attn_inputs_random_grad(in, (uint64_t)c->seed);
+        st = c->load_dir ? attn_inputs_load_grad(in, c->load_dir)
+                         : attn_inputs_random_grad(in, (uint64_t)c->seed);
         if (st != ATTN_OK) {
             fprintf(stderr, "attn: %s%s\n", c->load_dir ? "--load: " : "", attn_last_error());
             return st == ATTN_ENOMEM ? EXIT_FAIL : EXIT_USAGE;
         }
-        if (c->load_dir && (in->from_f32 & 8)) note_rounded(8, "float32", p->dtype);
-        else if (c->load_dir && p->dtype != ATTN_F16) note_rounded(8, "float16", p->dtype);
+        if (c->load_dir && (in->from_f32 & 8))
+            note_rounded(8, "float32", p->dtype);
+        else if (c->load_dir && p->dtype != ATTN_F16)
+            note_rounded(8, "float16", p->dtype);
     }
     if (attn_inputs_check_scale(in) != ATTN_OK) {
         fprintf(stderr, "attn: %s: %s\n",
@@ -668,12 +680,16 @@ static int find_stages(const cli *c, const attn_stage **s, const attn_stage **f)
     if (attn_stage_gpus_ok(*s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
     if (!c->forward_key) return -1;
     if ((*s)->pass == ATTN_FORWARD)
-        return bad("--forward: stage %s is a forward stage; --forward names the forward that a backward stage "
-                   "(11 on) reads", (*s)->id);
-    if (!(*f = attn_find_stage(c->forward_key))) return bad("--forward: unknown stage '%s' (see --list)", c->forward_key);
+        return bad(
+            "--forward: stage %s is a forward stage; --forward names the forward that a backward stage "
+            "(11 on) reads",
+            (*s)->id);
+    if (!(*f = attn_find_stage(c->forward_key)))
+        return bad("--forward: unknown stage '%s' (see --list)", c->forward_key);
     if ((*f)->pass != ATTN_FORWARD || !(*f)->writes_lse)
         return bad("--forward %s: a backward stage reads the O and LSE of a forward stage that writes LSE "
-                   "(see --list: fwd, LSE yes)", c->forward_key);
+                   "(see --list: fwd, LSE yes)",
+                   c->forward_key);
     return -1;
 }
 
@@ -728,7 +744,8 @@ static int run(const cli *c) {
             print_result(s, &p, &r);
             const void *data[SAVE_FILES] = {out[0], out[1], out[0], out[1], out[2], in.q, in.k, in.v, in.d_o};
             if (c->save_dir) rc = save_commit(c, s, &in, dirfd, data);
-            if (r.checked && (backward ? print_check_backward(s, &r) : print_check(s, p.D, &r)) != 0) rc = EXIT_FAIL;
+            if (r.checked && (backward ? print_check_backward(s, &r) : print_check(s, p.D, &r)) != 0)
+                rc = EXIT_FAIL;
         }
     }
     if (dirfd >= 0) close(dirfd);
@@ -755,8 +772,8 @@ static int guard_std_fds(void) {
 
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
-    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64, 1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0, 0, NULL};
+    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,  1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
+             NULL, NULL, 0,    0, 0, 0,    NULL};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);
