@@ -388,14 +388,14 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
     } else if (!strcmp(a, "--save"))
         c->save_dir = val;
     else if (!strcmp(a, "--scale")) {
-        char *end = NULL;
-        c->scale = strtod(val, &end);
         /* the stages take it as a float: it must be one, and a normal one (a subnormal scale loses
-         * bits, and its log2(e) multiple in the stages' exponent would too) */
+         * bits, and its log2(e) multiple in the stages' exponent would too); written as strictly as
+         * the integer flags (attn_parse_real: " 0.5" was taken where --batch " 4" was refused) */
+        const int parsed = attn_parse_real(val, &c->scale) == 0;
         const float f = (float)c->scale;
-        if (!*val || *end || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
+        if (!parsed || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
             return bad("--scale must be a finite non-zero number in float32's normal range, %g to %g in "
-                       "magnitude (got '%s')",
+                       "magnitude, written in decimal (0.125, -0.5, 1e-3) (got '%s')",
                        (double)FLT_MIN, (double)FLT_MAX, val);
         c->have_scale = 1;
     } else if (!strcmp(a, "--dtype")) {

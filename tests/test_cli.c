@@ -73,6 +73,28 @@ Test(cli, numbers_are_strict_and_flags_come_once) {
     cr_assert_eq(attn("--stage 01 --seq 12 --dim 8 --seed 3"), 0, "%s", out);
 }
 
+/* --scale is read as strictly as the integers: strtod alone took " 0.5" where --batch " 4" was
+ * refused, and "+0.5", "0x1p-3" and "0.5 " with its end pointer unchecked. Each refusal names the flag,
+ * what it takes and the value; the decimal forms still run. */
+Test(cli, scale_is_as_strict_as_the_integers) {
+    static const char *const refused[] = {" 0.5", "+0.5", "0.5 ", "0x1p-3", "inf",
+                                          "1e",   ".",    "-",    "1e5x",   ""};
+    for (unsigned i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char args[128], needle[64];
+        snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 --scale '%s'", refused[i]);
+        snprintf(needle, sizeof needle, "(got '%s')", refused[i]);
+        EXPECT_USAGE(args, "--scale must be a finite non-zero number in float32's normal range");
+        cr_assert(strstr(out, "written in decimal") && strstr(out, needle), "%s: %s", args, out);
+    }
+    static const char *const taken[] = {"-0.5", ".5", "5.", "1e-1", "1E+0", "0.125"};
+    for (unsigned i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        char args[128];
+        snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 --check --scale %s", taken[i]);
+        cr_assert_eq(attn(args), 0, "%s: %s", args, out);
+        cr_assert(strstr(out, "PASS"), "%s: %s", args, out);
+    }
+}
+
 /* The count flags' ranges, at both ends: the largest value is accepted (the refusal that follows is
  * the later rule's, so nothing runs) and one past it is refused, naming the range. */
 Test(cli, count_flags_take_their_whole_range) {
