@@ -171,11 +171,9 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     int bad = 0, list = 0;
     int64_t lo = 1, hi = 0; /* hi > 0: an integer flag */
     double d = 0;
-    char *end = NULL;
     if (!strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit")) {
-        errno = 0;
-        d = strtod(val, &end);
-        bad = errno || end == val || *end || !(d >= 0) || !isfinite(d);
+        /* as strictly as build/attn's --scale: strtod alone took " 5", "+5" and "0x10" */
+        bad = attn_parse_real(val, &d) != 0 || !(d >= 0) || !isfinite(d);
     }
     if (bad) {
     } else if (!strcmp(flag, "--batch")) hi = ATTN_MAX_B, bad = parse_i64(val, lo, hi, &c->B);

@@ -304,6 +304,12 @@ Test(bench, numbers_and_lists_are_strict) {
     EXPECT_BAD("--stages 01,01", "--stages lists 01 twice");
     EXPECT_BAD("--stages 01,naive_cpu", "--stages lists naive_cpu twice");
     EXPECT_BAD("--stages 01,", "--stages must be a comma-separated list of stage ids");
+    /* the real flags as strictly as build/attn's --scale (strtod alone took " 5", "+5" and "0x10") */
+    EXPECT_BAD("--warmup-ms ' 5'", "--warmup-ms must be a finite number >= 0 (got ' 5')");
+    EXPECT_BAD("--repeat-ms +5", "--repeat-ms must be a finite number >= 0 (got '+5')");
+    EXPECT_BAD("--cpu-limit 0x10", "--cpu-limit must be a finite number >= 0 (got '0x10')");
+    EXPECT_BAD("--cpu-limit -1", "--cpu-limit must be a finite number >= 0 (got '-1')");
+    cr_assert_eq(bench(TINY " --warmup-ms .5 --dry-run"), 0, "%s", out);
 }
 
 /* A --csv that is a FIFO or a directory is refused before the sweep (exit 2): the rename would have
