@@ -993,6 +993,35 @@ Test(cli, save_refuses_inputs_it_would_not_write) {
     EXPECT_USAGE(args, "/q.npy' holds inputs that this run does not write");
 }
 
+/* --save-inputs into the --load folder would replace float32 inputs with their float16 rounding
+ * (issue 58: it did, silently): refused before the run, and the files stay float32. float16 inputs
+ * are written back bit for bit, so that stays allowed; so does the same folder without --save-inputs. */
+Test(cli, save_inputs_never_rounds_the_load_folders_float32_inputs) {
+    char dir[64], args[512], path[512];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 2, 9, 8};
+    write_inputs(dir, NPY_F32, shape, shape, 0.0f);
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s --save-inputs", dir, dir);
+    EXPECT_USAGE(args, "q.npy, k.npy, v.npy held float32 values: --save-inputs would replace them");
+    cr_assert_null(strstr(out, "time "), "the stage ran before the refusal: %s", out);
+    static const char *const names[3] = {"q.npy", "k.npy", "v.npy"};
+    for (int i = 0; i < 3; i++) {
+        npy_array a;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+        cr_assert_eq(a.dtype, NPY_F32, "%s was rewritten as float16", names[i]);
+        npy_free(&a);
+    }
+    cr_assert(!file_exists(dir, "o.npy"), "results were saved although the run was refused");
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s --check", dir, dir);
+    cr_assert_eq(attn(args), 0, "without --save-inputs the folder's inputs stay: %s", out);
+    write_inputs(dir, NPY_F16, shape, shape, 0.0f);
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s --save-inputs --check", dir, dir);
+    cr_assert_eq(attn(args), 0, "float16 inputs are written back unchanged: %s", out);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_assert_eq(system(args), 0);
+}
+
 /* A signal while --save writes (here SIGINT as soon as q.npy's temporary file exists, which is after
  * the run, between the first create and the last rename) waits until the files are renamed: the
  * process then ends by that signal, and DIR holds the five whole files, no temporary one. The signal
