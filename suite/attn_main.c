@@ -598,7 +598,9 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
         st = files[i] == SAVE_LSE ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
                                   : npy_out_write(&outs[i], NPY_F16, 4, shape, data[files[i]]);
-    if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, backward || with_lse ? 0 : 1);
+    if (st == ATTN_OK) /* a Ctrl-C while another process holds DIR's lock stops the wait (hold_signals.h) */
+        st = npy_out_commit_wait(outs, nouts, stale, backward || with_lse ? 0 : 1, NPY_LOCK_WAIT_MS,
+                                 attn_signals_noted);
     for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
     attn_signals_release(&held);
     if (st != ATTN_OK) {

@@ -690,7 +690,32 @@ static attn_status commit_locked(npy_out *outs, int n, const char *const *stale,
     return st;
 }
 
+/* The directory's lock, polled every 10 ms: a blocking flock waited as long as another process held it,
+ * deaf to build/attn's held signals. 1: locked; 0: flock unsupported here (some network file systems:
+ * the renames go ahead unlocked, as before); -1: busy past wait_ms, or stop() said so (message set). */
+static int lock_dir(const npy_out *o, int wait_ms, int (*stop)(void)) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (flock(o->dirfd, LOCK_EX | LOCK_NB) == 0) return 1;
+        if (errno != EWOULDBLOCK && errno != EINTR) return 0;
+        if (stop && stop())
+            return npy_fail(o->dir, "interrupted while waiting for another process's lock (flock) on it"), -1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000.0 + (now.tv_nsec - t0.tv_nsec) / 1e6 >= wait_ms)
+            return npy_fail(o->dir, "busy: another process has held a lock (flock) on the directory for %g s",
+                            wait_ms / 1000.0),
+                   -1;
+        nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL); /* a signal cuts it short: stop() then sees it */
+    }
+}
+
 attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int nstale) {
+    return npy_out_commit_wait(outs, n, stale, nstale, NPY_LOCK_WAIT_MS, NULL);
+}
+
+attn_status npy_out_commit_wait(npy_out *outs, int n, const char *const *stale, int nstale, int wait_ms,
+                                int (*stop)(void)) {
     char shown[8192];
     attn_status st = ATTN_OK;
     if (n < 1) return npy_fail("npy_out_commit", "no outputs given");
@@ -702,15 +727,15 @@ attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int n
             st = npy_fail(out_shown(&outs[i], shown, sizeof shown),
                           "npy_out_commit: not written, or in another directory");
     /* Two runs saving to one directory commit one after the other, so the pair that stays is one
-     * run's. flock is advisory and may be unsupported (some network file systems): then the renames
-     * go ahead unlocked, as before. */
+     * run's (lock_dir). */
     const int dirfd = outs[0].dirfd;
-    const int locked = st == ATTN_OK && flock(dirfd, LOCK_EX) == 0;
+    const int locked = st == ATTN_OK ? lock_dir(&outs[0], wait_ms, stop) : 0;
+    if (locked < 0) st = ATTN_EIO;
     if (st == ATTN_OK) st = commit_locked(outs, n, stale, nstale);
     /* The renames themselves on disk; EINVAL: the file system cannot sync a directory. */
     if (st == ATTN_OK && fsync(dirfd) != 0 && errno != EINVAL && errno != EROFS)
         st = npy_fail(out_shown(&outs[0], shown, sizeof shown), "cannot flush the directory: %s", strerror(errno));
-    if (locked) flock(dirfd, LOCK_UN);
+    if (locked > 0) flock(dirfd, LOCK_UN);
     for (int i = 0; i < n; i++) npy_out_discard(&outs[i]);
     return st;
 }

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1079,6 +1080,85 @@ Test(cli, save_past_a_file_size_limit_says_so) {
     cr_assert_eq(rc, 1, "exit status %d (153: killed by SIGXFSZ): %s", rc, out);
     cr_assert(strstr(out, "File too large (nothing was saved)"), "%s", out);
     expect_empty_dir(dir);
+}
+
+/* A child process that holds an flock on dir for up to 60 s (until killed): another process's lock on
+ * the --save directory. Returns once the lock is held. */
+static pid_t hold_dir_lock(const char *dir) {
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        const int null = open("/dev/null", O_WRONLY), fd = open(dir, O_RDONLY | O_DIRECTORY);
+        dup2(null, 1), dup2(null, 2); /* the test's output pipes are not held for a minute */
+        if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+        if (write(ready[1], "L", 1) != 1) _exit(1);
+        sleep(60);
+        _exit(0);
+    }
+    char c = 0;
+    close(ready[1]);
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the lock holder did not start");
+    close(ready[0]);
+    return pid;
+}
+
+/* Waits up to `seconds` for pid; 1 with *status set when it ended, else 0 (it is still running). */
+static int wait_for(pid_t pid, double seconds, int *status) {
+    for (int i = 0; i < (int)(seconds * 100); i++) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 1;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    return 0;
+}
+
+/* Another process holding an flock on the --save directory (issue 58): the commit waited for it in a
+ * blocking flock with the signals held, so a Ctrl-C did nothing until that process let go. Now a
+ * signal stops the wait at once (the process ends by it, nothing saved, no temporary left), and
+ * without one the run gives up after 10 s, saying why, exit 1. */
+Test(cli, save_into_a_locked_directory_stops_at_a_signal_or_gives_up) {
+    char dir[64], cmd[1024];
+    make_dir(dir, sizeof dir);
+    const pid_t holder = hold_dir_lock(dir);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1), dup2(null, 2);
+        execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "2", "--seq", "9", "--dim",
+              "8", "--save", dir, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, ended = 0;
+    for (int i = 0; i < 3000 && !ended && count_tmp_files(dir) < 2; i++) /* o.npy's and lse.npy's: written */
+        ended = wait_for(pid, 0.01, &status);
+    if (!ended) kill(pid, SIGINT);
+    if (!ended) ended = wait_for(pid, 5, &status);
+    if (!ended) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    if (!ended) kill(holder, SIGKILL), waitpid(holder, NULL, 0);
+    cr_assert(ended && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+              "the run did not end by its SIGINT within 5 s while another process held the lock (status %#x)",
+              status);
+    cr_assert_eq(count_tmp_files(dir), 0, "temporaries left behind: %s", out);
+    cr_assert(!file_exists(dir, "o.npy"), "o.npy was saved although the run was stopped");
+
+    snprintf(
+        cmd, sizeof cmd,
+        "{ timeout -k 5 40 %s --stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s; echo \"exit $?\"; }",
+        attn_bin(), dir);
+    const time_t t0 = time(NULL);
+    run_cmd(cmd, out, sizeof out);
+    const long took = (long)(time(NULL) - t0);
+    kill(holder, SIGKILL), waitpid(holder, NULL, 0);
+    cr_assert(strstr(out, "exit 1\n"), "want exit 1 (124, 137: it waited for the lock): %s", out);
+    cr_assert(strstr(out, "busy: another process has held a lock (flock) on the directory for 10 s") &&
+                  strstr(out, "(nothing was saved)"),
+              "%s", out);
+    cr_assert(took >= 9 && took <= 20, "gave up after %ld s, want 10", took);
+    cr_assert_eq(count_tmp_files(dir), 0, "temporaries left behind: %s", out);
+    snprintf(cmd, sizeof cmd, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
+    cr_assert_eq(attn(cmd), 0, "the lock released, --save works: %s", out);
 }
 
 /* ---- what mutation testing found untested ------------------------------------------------------ */

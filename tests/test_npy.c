@@ -22,12 +22,14 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #ifdef __linux__
 #include <sys/syscall.h>
 #endif
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "half.h"
@@ -860,6 +862,54 @@ Test(npy, outputs_commit_as_a_pair_and_remove_stale_files) {
     remove(inner);
     rmdir(path);
     close(dirfd);
+    tmpdir_remove(&t);
+}
+
+static int stop_now(void) { return SIGINT; }
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* A commit waits for the directory's lock at most the time given (it used to block in flock for as long
+ * as another holder kept it) and stops at once when stop() says so; either way the old file stays and
+ * the temporary goes. The lock here is this process's own, on another open of the directory: flock
+ * locks of two opens exclude each other as two processes' do. */
+Test(npy, commit_waits_for_a_held_lock_with_a_limit) {
+    tmpdir t;
+    tmpdir_make(&t);
+    char path[8300];
+    snprintf(path, sizeof path, "%s/o.npy", t.path);
+    const uint16_t old[2] = {1, 2}, h[2] = {3, 4};
+    cr_assert_eq(npy_write(path, NPY_F16, 1, (int64_t[]){2}, old), ATTN_OK, "%s", attn_last_error());
+    const int lockfd = open(t.path, O_RDONLY | O_DIRECTORY), dirfd = open(t.path, O_RDONLY | O_DIRECTORY);
+    cr_assert(lockfd >= 0 && dirfd >= 0 && flock(lockfd, LOCK_EX) == 0);
+    for (int stop = 0; stop < 2; stop++) {
+        npy_out o;
+        cr_assert_eq(npy_out_create(&o, dirfd, t.path, "o.npy"), ATTN_OK, "%s", attn_last_error());
+        cr_assert_eq(npy_out_write(&o, NPY_F16, 1, (int64_t[]){2}, h), ATTN_OK, "%s", attn_last_error());
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const attn_status st = npy_out_commit_wait(&o, 1, NULL, 0, stop ? 60000 : 300, stop ? stop_now : NULL);
+        const double took = seconds_since(&t0);
+        npy_out_discard(&o);
+        cr_assert_eq(st, ATTN_EIO);
+        cr_assert_not_null(strstr(attn_last_error(), stop ? "interrupted while waiting for another process's lock"
+                                                          : "busy: another process has held a lock (flock) on "
+                                                            "the directory for 0.3 s"),
+                           "%s", attn_last_error());
+        cr_assert(stop ? took < 1 : took >= 0.3 && took < 5, "gave up after %.2f s", took);
+        npy_array a;
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+        cr_assert(a.count == 2 && !memcmp(a.data, old, sizeof old), "the old o.npy was changed");
+        npy_free(&a);
+        cr_assert_eq(dir_entries(t.path), 1, "the temporary was left behind");
+    }
+    cr_assert_eq(flock(lockfd, LOCK_UN), 0);
+    cr_assert_eq(npy_write(path, NPY_F16, 1, (int64_t[]){2}, h), ATTN_OK, "unlocked: %s", attn_last_error());
+    close(lockfd), close(dirfd);
     tmpdir_remove(&t);
 }
 
