@@ -549,6 +549,11 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
     if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
     *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
+    const int swept = npy_out_sweep(*dirfd, save_names, SAVE_FILES); /* kill -9 mid-save left them */
+    if (swept)
+        fprintf(stderr,
+                "attn: note: --save: removed %d temporary file%s that runs ended mid-save left in '%s'\n",
+                swept, swept == 1 ? "" : "s", c->save_dir);
     int files[SAVE_FILES], first;
     const int n = save_files(backward, 1, &first, files); /* lse.npy too: a stage without LSE removes it */
     for (int i = 0; i < (c->save_inputs ? n : first); i++) {

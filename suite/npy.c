@@ -13,8 +13,10 @@
  */
 #include "npy.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -547,7 +549,7 @@ static void tmp_name(npy_out *o, unsigned attempt) {
 
 attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *name) {
     memset(o, 0, sizeof *o);
-    o->fd = -1;
+    o->fd = o->held = -1;
     o->dirfd = dirfd;
     o->dir = dir;
     char shown[8192];
@@ -568,6 +570,9 @@ attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *n
         o->tmp[0] = '\0';
         return npy_fail(out_shown(o, shown, sizeof shown), "cannot create its temporary file: %s", strerror(e));
     }
+    /* a lock on it for as long as it may be renamed, which npy_out_sweep respects: held through a
+     * second descriptor, so that npy_out_write still closes (and checks the close of) the first */
+    o->held = flock(o->fd, LOCK_SH | LOCK_NB) == 0 ? fcntl(o->fd, F_DUPFD_CLOEXEC, 0) : -1;
     o->state = 1;
     return ATTN_OK;
 }
@@ -605,10 +610,17 @@ attn_status npy_out_write(npy_out *o, npy_dtype dtype, int ndim, const int64_t *
     return st;
 }
 
+/* The temporary's lock let go: it is renamed or removed. */
+static void let_go(npy_out *o) {
+    if (o->held >= 0) close(o->held);
+    o->held = -1;
+}
+
 void npy_out_discard(npy_out *o) {
     if (!o || o->state == 0) return;
     if (o->fd >= 0) close(o->fd);
     if (o->tmp[0]) unlinkat(o->dirfd, o->tmp, 0);
+    let_go(o);
     o->fd = -1;
     o->tmp[0] = '\0';
     o->state = 0;
@@ -622,7 +634,7 @@ void npy_out_discard(npy_out *o) {
  * or a file system without hard links), and the commit goes on without a backup of it. */
 static int backup(npy_out *b, int dirfd, const char *dir, const char *name) {
     memset(b, 0, sizeof *b);
-    b->fd = -1, b->dirfd = dirfd, b->dir = dir;
+    b->fd = b->held = -1, b->dirfd = dirfd, b->dir = dir;
     snprintf(b->name, sizeof b->name, "%s", name);
     for (unsigned attempt = 0; attempt < 100; attempt++) {
         tmp_name(b, attempt);
@@ -683,11 +695,57 @@ static attn_status commit_locked(npy_out *outs, int n, const char *const *stale,
                                 : " (the new files written before it were removed, not left unpaired)");
             break;
         }
-        if (o) o->tmp[0] = '\0', o->state = 0;
+        if (o) o->tmp[0] = '\0', o->state = 0, let_go(o);
     }
     for (int i = 0; i < total; i++)
         if (bak[i].tmp[0]) unlinkat(dirfd, bak[i].tmp, 0);
     return st;
+}
+
+/* The PID in `entry` when it is a temporary of `name` as tmp_name writes them (NAME.PID.RANDOM.tmp, 12
+ * lower-case hex digits), else 0. */
+static long tmp_owner(const char *entry, const char *name) {
+    const size_t n = strlen(name);
+    if (strncmp(entry, name, n) || entry[n] != '.') return 0;
+    const char *pid = entry + n + 1, *hex = pid + strspn(pid, "0123456789") + 1;
+    if (hex - pid < 2 || hex - pid > 11 || hex[-1] != '.') return 0; /* 1..10 digits: PIDs < 2^31 */
+    if (strspn(hex, "0123456789abcdef") != 12 || strcmp(hex + 12, ".tmp")) return 0;
+    const long v = strtol(pid, NULL, 10);
+    return v > 0 && v <= 0x7fffffffL ? v : 0;
+}
+
+/* Removes `entry`, a temporary of process pid, if that run has ended: the process is gone (ESRCH: not
+ * merely another user's, EPERM), and the entry is a regular file that nobody holds a lock on (taken here
+ * before the unlink, so that no writer can take it in between). 1 when removed. */
+static int remove_if_left(int dirfd, const char *entry, long pid) {
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) return 0;
+    const int fd = openat(dirfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
+    const int gone = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+                     unlinkat(dirfd, entry, 0) == 0;
+    close(fd);
+    return gone;
+}
+
+int npy_out_sweep(int dirfd, const char *const *names, int n) {
+    const int locked = flock(dirfd, LOCK_EX | LOCK_NB) == 0; /* else unsupported (then unlocked), or busy */
+    if (!locked && (errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    const int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* closedir closes it */
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) close(fd);
+    int removed = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        for (int i = 0; i < n; i++) {
+            const long pid = tmp_owner(e->d_name, names[i]);
+            if (pid) {
+                removed += remove_if_left(dirfd, e->d_name, pid);
+                break;
+            }
+        }
+    if (d) closedir(d);
+    if (locked) flock(dirfd, LOCK_UN);
+    return removed;
 }
 
 /* The directory's lock, polled every 10 ms: a blocking flock waited as long as another process held it,

@@ -1082,15 +1082,15 @@ Test(cli, save_past_a_file_size_limit_says_so) {
     expect_empty_dir(dir);
 }
 
-/* A child process that holds an flock on dir for up to 60 s (until killed): another process's lock on
- * the --save directory. Returns once the lock is held. */
-static pid_t hold_dir_lock(const char *dir) {
+/* A child process that holds an flock on path (a file or a directory) for up to 60 s (until killed):
+ * another process's lock. Returns once the lock is held. */
+static pid_t hold_lock(const char *path) {
     int ready[2];
     cr_assert_eq(pipe(ready), 0);
     const pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        const int null = open("/dev/null", O_WRONLY), fd = open(dir, O_RDONLY | O_DIRECTORY);
+        const int null = open("/dev/null", O_WRONLY), fd = open(path, O_RDONLY);
         dup2(null, 1), dup2(null, 2); /* the test's output pipes are not held for a minute */
         if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
         if (write(ready[1], "L", 1) != 1) _exit(1);
@@ -1120,7 +1120,7 @@ static int wait_for(pid_t pid, double seconds, int *status) {
 Test(cli, save_into_a_locked_directory_stops_at_a_signal_or_gives_up) {
     char dir[64], cmd[1024];
     make_dir(dir, sizeof dir);
-    const pid_t holder = hold_dir_lock(dir);
+    const pid_t holder = hold_lock(dir);
     const pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -1159,6 +1159,56 @@ Test(cli, save_into_a_locked_directory_stops_at_a_signal_or_gives_up) {
     cr_assert_eq(count_tmp_files(dir), 0, "temporaries left behind: %s", out);
     snprintf(cmd, sizeof cmd, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
     cr_assert_eq(attn(cmd), 0, "the lock released, --save works: %s", out);
+}
+
+/* The path DIR/NAME.PID.0123456789ab.tmp, created as an empty file: a temporary named as npy.c names them. */
+static void plant_tmp(const char *dir, const char *name, long pid, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s.%ld.0123456789ab.tmp", dir, name, pid);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    fclose(f);
+}
+
+/* kill -9 during --save (or a crash) leaves the run's temporaries, up to gigabytes, and no later run
+ * removed them (issue 58). A later --save into DIR removes those whose process is gone and which no
+ * process holds a lock on; it keeps a live process's (its PID alive, or the file locked: a writer in
+ * another PID namespace) and names that are not its own. */
+Test(cli, save_removes_the_temporaries_of_runs_killed_mid_save) {
+    char dir[64], args[512], live[600], locked[600], other[600];
+    make_dir(dir, sizeof dir);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1), dup2(null, 2);
+        execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "16384", "--seq", "1",
+              "--dim", "256", "--save", dir, "--save-inputs", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, ended = 0;
+    for (int i = 0; i < 6000 && !ended && count_tmp_files(dir) < 3; i++) ended = wait_for(pid, 0.01, &status);
+    kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    const int left = count_tmp_files(dir);
+    cr_assert(!ended && left >= 3, "the run was not killed mid-save (%d temporaries, status %#x)", left,
+              status);
+    const pid_t gone = fork(); /* a PID whose process has ended */
+    cr_assert_geq(gone, 0);
+    if (gone == 0) _exit(0);
+    waitpid(gone, NULL, 0);
+    plant_tmp(dir, "o.npy", (long)getpid(), live, sizeof live);
+    plant_tmp(dir, "lse.npy", (long)gone, locked, sizeof locked);
+    plant_tmp(dir, "notes.txt", (long)gone, other, sizeof other);
+    const pid_t holder = hold_lock(locked);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
+    const int rc = attn(args);
+    kill(holder, SIGKILL), waitpid(holder, NULL, 0);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "attn: note: --save: removed"), "no word of the removal: %s", out);
+    struct stat sb;
+    cr_assert(stat(live, &sb) == 0 && stat(locked, &sb) == 0 && stat(other, &sb) == 0,
+              "a live process's temporary, or another name, was removed");
+    cr_assert_eq(count_tmp_files(dir), 3, "the killed run's %d temporaries were not all removed", left);
+    cr_assert(file_exists(dir, "o.npy") && file_exists(dir, "lse.npy"));
 }
 
 /* ---- what mutation testing found untested ------------------------------------------------------ */

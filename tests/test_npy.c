@@ -913,6 +913,61 @@ Test(npy, commit_waits_for_a_held_lock_with_a_limit) {
     tmpdir_remove(&t);
 }
 
+/* DIR/ENTRY as an empty file (or a FIFO). */
+static void plant(const tmpdir *t, const char *entry, int fifo) {
+    char path[8400];
+    snprintf(path, sizeof path, "%s/%s", t->path, entry);
+    if (fifo) cr_assert_eq(mkfifo(path, 0600), 0, "%s", path);
+    else spit(path, "", 0);
+}
+
+/* npy_out_sweep removes the temporaries of ended processes (kill -9 left them, and nothing ever did)
+ * and nothing else: not a live writer's (its PID, or its lock: a writer of another PID namespace), not
+ * a FIFO or a name of another form, not another output's; and nothing at all while another process
+ * holds the directory's lock (a commit's backup links are live then). */
+Test(npy, sweep_removes_only_what_ended_runs_left) {
+    tmpdir t;
+    tmpdir_make(&t);
+    const pid_t gone = fork(); /* a PID whose process has ended */
+    cr_assert_geq(gone, 0);
+    if (gone == 0) _exit(0);
+    waitpid(gone, NULL, 0);
+    char dead[300], fifo[300], short_hex[300], other[300], path[8400];
+    snprintf(dead, sizeof dead, "o.npy.%ld.0123456789ab.tmp", (long)gone);
+    snprintf(fifo, sizeof fifo, "lse.npy.%ld.0123456789ab.tmp", (long)gone);
+    snprintf(short_hex, sizeof short_hex, "o.npy.%ld.0123456789a.tmp", (long)gone);
+    snprintf(other, sizeof other, "x.npy.%ld.0123456789ab.tmp", (long)gone);
+    plant(&t, dead, 0), plant(&t, fifo, 1), plant(&t, short_hex, 0), plant(&t, other, 0);
+    const int dirfd = open(t.path, O_RDONLY | O_DIRECTORY);
+    cr_assert_geq(dirfd, 0);
+    npy_out live, locked;
+    cr_assert_eq(npy_out_create(&live, dirfd, t.path, "o.npy"), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(npy_out_write(&live, NPY_F16, 1, (int64_t[]){1}, (uint16_t[]){1}), ATTN_OK);
+    cr_assert_eq(npy_out_create(&locked, dirfd, t.path, "lse.npy"), ATTN_OK, "%s", attn_last_error());
+    char renamed[300]; /* the locked one under a dead PID's name: a live writer its PID does not show */
+    snprintf(renamed, sizeof renamed, "lse.npy.%ld.00000000000a.tmp", (long)gone);
+    cr_assert_eq(renameat(dirfd, locked.tmp, dirfd, renamed), 0);
+    static const char *const names[2] = {"o.npy", "lse.npy"};
+    const int lockfd = open(t.path, O_RDONLY | O_DIRECTORY);
+    cr_assert(lockfd >= 0 && flock(lockfd, LOCK_EX) == 0);
+    cr_assert_eq(npy_out_sweep(dirfd, names, 2), 0, "it swept while another held the directory's lock");
+    cr_assert(exists_in(t.path, dead));
+    cr_assert_eq(flock(lockfd, LOCK_UN), 0);
+    close(lockfd);
+    cr_assert_eq(npy_out_sweep(dirfd, names, 2), 1, "only the dead writer's regular file goes");
+    cr_assert(!exists_in(t.path, dead), "the dead run's temporary stayed");
+    cr_assert(exists_in(t.path, fifo) && exists_in(t.path, short_hex) && exists_in(t.path, other) &&
+              exists_in(t.path, renamed) && exists_in(t.path, live.tmp));
+    cr_assert_eq(npy_out_commit(&live, 1, NULL, 0), ATTN_OK, "%s", attn_last_error());
+    cr_assert(exists_in(t.path, "o.npy"));
+    npy_out_discard(&live), npy_out_discard(&locked); /* locked's own name is gone: its lock goes */
+    cr_assert_eq(npy_out_sweep(dirfd, names, 2), 1, "let go, the renamed one is an ended run's");
+    snprintf(path, sizeof path, "%s/%s", t.path, fifo);
+    remove(path);
+    close(dirfd);
+    tmpdir_remove(&t);
+}
+
 /* Temporary names are unique and created exclusively: whatever is planted under a name like them
  * is never written through; the new file's mode comes from the umask. */
 Test(npy, write_never_follows_planted_files) {
