@@ -1211,6 +1211,41 @@ Test(cli, save_removes_the_temporaries_of_runs_killed_mid_save) {
     cr_assert(file_exists(dir, "o.npy") && file_exists(dir, "lse.npy"));
 }
 
+/* The scripts of make check and make fuzz wrote their probe programs at /tmp/NAME-$$.c, a name anyone
+ * can plant a link at beforehand (the PID is the caller's, known to whoever starts it): as root, that
+ * wrote through the link into any file. Each script runs here as `exec` from a shell that planted links
+ * at its own PID's names first; CC=true and a probe compiler of `true` keep it to the file handling. */
+Test(cli, scripts_never_write_through_links_planted_in_tmp) {
+    static const struct {
+        const char *script, *names; /* PID: the script's */
+    } s[] = {
+        {"env CC=true sh tests/ensure-criterion.sh", "/tmp/attn-crit-PID.c /tmp/attn-crit-PID"},
+        {"sh tests/fuzz/run_fuzz.sh --probe true", "/tmp/attn-fuzz-probe-PID.c /tmp/attn-fuzz-probe-PID"}};
+    for (int i = 0; i < 2; i++) {
+        char dir[64], cmd[2048], victim[128];
+        make_dir(dir, sizeof dir);
+        snprintf(victim, sizeof victim, "%s/victim", dir);
+        FILE *f = fopen(victim, "w");
+        fputs("precious", f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd,
+                 "names='%s'; TMPDIR=/tmp sh -c 'for n in $(echo \"$0\" | sed \"s/PID/$$/g\"); do "
+                 "ln -sf %s $n || exit 9; done; echo $$ >%s/pid; exec %s' \"$names\"; rc=$?; "
+                 "rm -f $(echo \"$names\" | sed \"s/PID/$(cat %s/pid)/g\"); exit $rc",
+                 s[i].names, victim, dir, s[i].script, dir);
+        const int rc = run_cmd(cmd, out, sizeof out);
+        unsigned char *b;
+        size_t n;
+        read_file(dir, "victim", &b, &n);
+        cr_assert(n == 8 && !memcmp(b, "precious", 8),
+                  "%s wrote through a link planted in /tmp (exit %d): %.*s", s[i].script, rc, (int)n, b);
+        free(b);
+        cr_assert_eq(rc, 0, "%s: %s", s[i].script, out);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        cr_assert_eq(system(cmd), 0);
+    }
+}
+
 /* ---- what mutation testing found untested ------------------------------------------------------ */
 
 /* Every --init kind --help names runs and passes its check (a PASS names no worst element "outside the
