@@ -340,6 +340,38 @@ static void bench_bin_abs(char *bin, size_t cap) {
     snprintf(bin, cap, "%s%s%s", rel ? cwd : "", rel ? "/" : "", bench_bin());
 }
 
+/* `make bench` with a CSV (and PLOTS_DIR) path holding spaces (issue 58): the recipe split it into
+ * words, so attn-bench said "unknown option" and `mkdir -p $(dir $(CSV))` made a folder named after the
+ * middle word in the current one. Run through make with the build's own attn-bench (-o: make rebuilds
+ * nothing, whatever build this is), one stage at one point, no peers. */
+Test(bench, make_bench_takes_a_csv_path_with_spaces) {
+    char top[] = "/tmp/attn-bench-make.XXXXXX", cmd[4096], csv[256], build[512];
+    cr_assert_not_null(mkdtemp(top));
+    const char *word = strrchr(top, '/') + 1; /* the middle word of the path: a stray folder's name */
+    snprintf(csv, sizeof csv, "%s/a %s/with space.csv", top, word);
+    snprintf(build, sizeof build, "%s", bench_bin());
+    *strrchr(build, '/') = '\0';
+    snprintf(cmd, sizeof cmd,
+             "env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory NO_CUDA=1 BUILD='%s' -o '%s' bench "
+             "PEERS=0 CSV='%s' PLOTS_DIR='%s/plots and more' BENCH_ARGS='" TINY "' 2>&1",
+             build, bench_bin(), csv, top);
+    const int rc = run_cmd(cmd, out, sizeof out);
+    struct stat st;
+    const int stray = stat(word, &st) == 0;
+    if (stray) { /* remove what the old recipe made here before failing */
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", word);
+        cr_assert_eq(system(cmd), 0);
+    }
+    cr_assert_not(stray, "make bench made a folder '%s' in the current one", word);
+    cr_assert_eq(rc, 0, "make bench: %s", out);
+    cr_assert_null(strstr(out, "unknown option"), "%s", out);
+    char *text = slurp(csv);
+    cr_assert_not_null(text, "no CSV at '%s': %s", csv, out);
+    cr_assert(strstr(text, ",01,") && strstr(text, ",ok,"), "%s", text);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* A --csv that names no file is refused before the sweep (exit 2, naming --csv), and nothing is made in
  * the current folder. An empty one passed the early check (its temporary file ".XXXXXX" could be made
  * there) and failed at the rename after the whole sweep (exit 1); a path ending in '/' can only be a
