@@ -332,12 +332,24 @@ Test(bench, csv_that_is_not_a_file_is_refused_at_once) {
     rmdir(dir);
 }
 
-/* build/attn-bench as a path that works from another folder: a test that cd's there needs it. */
-static void bench_bin_abs(char *bin, size_t cap) {
-    char cwd[1024];
+/* build/attn-bench as a path that works from another folder (a test that cd's there needs it), and one
+ * with a space in it, as any path is in a checkout under "My projects/": a link in a new folder
+ * "/tmp/attn bench.XXXXXX" (link_dir, removed by the caller with its link). The commands these tests
+ * built used it unquoted, and failed only where the checkout's path had a space (issue 58). */
+static void bench_bin_abs(char *bin, size_t cap, char link_dir[32]) {
+    char cwd[1024], real[2048];
     cr_assert_not_null(getcwd(cwd, sizeof cwd));
     const int rel = bench_bin()[0] != '/';
-    snprintf(bin, cap, "%s%s%s", rel ? cwd : "", rel ? "/" : "", bench_bin());
+    snprintf(real, sizeof real, "%s%s%s", rel ? cwd : "", rel ? "/" : "", bench_bin());
+    snprintf(link_dir, 32, "/tmp/attn bench.XXXXXX");
+    cr_assert_not_null(mkdtemp(link_dir));
+    snprintf(bin, cap, "%s/attn-bench", link_dir);
+    cr_assert_eq(symlink(real, bin), 0, "%s", bin);
+}
+
+static void remove_bin_link(const char *bin, const char *link_dir) {
+    cr_assert_eq(unlink(bin), 0);
+    cr_assert_eq(rmdir(link_dir), 0);
 }
 
 /* `make bench` with a CSV (and PLOTS_DIR) path holding spaces (issue 58): the recipe split it into
@@ -377,10 +389,12 @@ Test(bench, make_bench_takes_a_csv_path_with_spaces) {
  * there) and failed at the rename after the whole sweep (exit 1); a path ending in '/' can only be a
  * folder; one under a file cannot be looked up (the early check took lstat's ENOTDIR for "absent"). */
 Test(bench, csv_that_names_no_file_is_refused_before_the_sweep) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2100], cmd[4096];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2300], cmd[4096], link_dir[32];
+    char word[2200], path[2100];
     cr_assert_not_null(mkdtemp(dir));
-    bench_bin_abs(bin, sizeof bin);
-    snprintf(under_file, sizeof under_file, "--csv %s/b.csv", bin); /* a file is no folder */
+    bench_bin_abs(bin, sizeof bin, link_dir);
+    snprintf(path, sizeof path, "%s/b.csv", bin); /* a file is no folder */
+    snprintf(under_file, sizeof under_file, "--csv %s", sh_word(path, word, sizeof word));
     const char *bad[][2] = {
         {"--csv ''", "--csv: a file's path is needed (got '')"},
         {"--csv=", "--csv: a file's path is needed (got '')"},
@@ -389,28 +403,30 @@ Test(bench, csv_that_names_no_file_is_refused_before_the_sweep) {
         {under_file, "--csv: cannot look up '"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " %s", dir, bin, bad[i][0]);
+        snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " %s", dir, sh_word(bin, word, sizeof word), bad[i][0]);
         const int rc = run_cmd(cmd, out, sizeof out);
         cr_assert_eq(rc, 2, "'%s' exited %d, want 2: %s", bad[i][0], rc, out);
         cr_assert(strstr(out, bad[i][1]), "'%s': message lacks '%s': %s", bad[i][0], bad[i][1], out);
         cr_assert_null(strstr(out, "inputs B="), "'%s': the sweep ran first: %s", bad[i][0], out);
         cr_assert_eq(count_entries(dir), 0, "'%s' left files in %s", bad[i][0], dir);
     }
+    remove_bin_link(bin, link_dir);
     cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
 }
 
 /* A CSV that cannot be written is found before the sweep, not after it; the default folder
  * (build/bench/ under the current one) is made when missing, as peers.py makes its own. */
 Test(bench, csv_path_is_tried_before_the_sweep) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], cmd[4096], bin[2048];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], cmd[4096], bin[2048], link_dir[32], word[2100];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(args, sizeof args, TINY " --csv %s/missing/b.csv", dir);
     cr_assert_eq(bench(args), 2, "%s", out);
     cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
     cr_assert_null(strstr(out, "inputs B="), "the sweep ran before the CSV was tried: %s", out);
-    bench_bin_abs(bin, sizeof bin);
-    snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " --commit t4", dir, bin);
+    bench_bin_abs(bin, sizeof bin, link_dir);
+    snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " --commit t4", dir, sh_word(bin, word, sizeof word));
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    remove_bin_link(bin, link_dir);
     snprintf(cmd, sizeof cmd, "%s/build/bench/bench_stages.csv", dir);
     char *text = slurp(cmd);
     cr_assert(text && strstr(text, ",t4,01,"), "no CSV in the default folder: %s", out);
