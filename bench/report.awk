@@ -40,6 +40,7 @@ FILENAME == skipfile || /^[ \t]*$/ || /^#/ { next }
         nr--
         next
     }
+    if (mode != "merge" && mode != "plotdata") for (k = 1; k <= NCOL; k++) R[nr, COL[k]] = shown(R[nr, COL[k]])
     if (R[nr, "pass"] == "bwd") backward[R[nr, "stage"]] = 1
     if (R[nr, "causal"] == "True" || R[nr, "causal"] == "true") R[nr, "causal"] = 1
     R[nr, "causal"] += 0
@@ -59,6 +60,17 @@ function wellformed(i,   k, c) {
     for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats", c, " "); k >= 1; k--)
         if (R[i, c[k]] != "" && R[i, c[k]] !~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) return 0
     return 1
+}
+# A CSV field as the tables show it (merge copies the CSV as it is; plotdata has gp() below). A control
+# character becomes '?': an escape sequence reached the terminal. In Markdown, '\' and '|' are escaped
+# (a '|' split its table cell), '<' too (a field holding a README block's end marker, copied into the
+# block, ended it there on the next run, and the README grew on every run), and '`' becomes a quote
+# (it ended the commit's code span). None of these appears in what the writers themselves put there.
+function shown(s) {
+    gsub(/[\001-\037\177]/, "?", s)
+    if (!md) return s
+    gsub(/\\/, "\\\\\\\\", s); gsub(/\|/, "\\|", s); gsub(/</, "\\<", s); gsub(/`/, "'", s)
+    return s
 }
 function ok(i) { return R[i, "status"] == "ok" && R[i, "ms"] > 0 }
 function point(i) { return R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "N"] SUBSEP R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "dtype"] }

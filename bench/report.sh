@@ -93,17 +93,20 @@ gp_script() {
     echo "unset multiplot"
 }
 
-# replace FILE BEGIN END CONTENT: the lines strictly between the markers become CONTENT's.
+# replace FILE BEGIN END CONTENT: the lines strictly between the markers become CONTENT's. A marker is
+# a line of its own (surrounding blanks aside): found anywhere in a line, a copy that a CSV field put
+# into the block ended the block there on the next run (report.awk's shown() escapes them too).
 replace() {
     file=$1 begin=$2 end=$3 content=$4
-    if ! awk -v b="$begin" -v e="$end" 'index($0, b) && !nb { nb = NR } index($0, e) && !ne { ne = NR }
-        END { exit !(nb && ne && nb < ne) }' "$file"; then
+    is='function is(m,   l) { l = $0; sub(/^[ \t]+/, "", l); sub(/[ \t\r]+$/, "", l); return l == m }'
+    if ! awk -v b="$begin" -v e="$end" "$is"'
+        is(b) && !nb { nb = NR } is(e) && !ne { ne = NR } END { exit !(nb && ne && nb < ne) }' "$file"; then
         echo "report: $file has no '$begin' ... '$end' markers (in that order); left alone" >&2
         return 0
     fi
-    awk -v b="$begin" -v e="$end" -v content="$content" '
-        !done && index($0, b) { print; while ((getline line < content) > 0) print line; skip = 1; next }
-        skip && index($0, e) { skip = 0; done = 1 }
+    awk -v b="$begin" -v e="$end" -v content="$content" "$is"'
+        !done && is(b) { print; while ((getline line < content) > 0) print line; skip = 1; next }
+        skip && is(e) { skip = 0; done = 1 }
         !skip { print }' "$file" > "$content.new"
     if cmp -s "$content.new" "$file"; then echo "report: $file unchanged"
     else cat "$content.new" > "$file"; echo "report: $file updated"; fi
@@ -121,6 +124,13 @@ images() {
 readme() {
     csv=$1 cmd=${BENCH_CMD:-make bench}
     need_csv "$csv"
+    # both go into the READMEs as they are (a code span, a link, the generated comment), where a '<', '`'
+    # or '|' could end one early, as a CSV field could (report.awk's shown())
+    for v in "CSV path:$csv" "BENCH_CMD:$cmd"; do
+        case ${v#*:} in *[\<\>\|\`]*|*[[:cntrl:]]*)
+            echo "report: readme: the ${v%%:*} '${v#*:}' holds '<', '>', '|', '\`' or a control character" >&2; exit 2 ;;
+        esac
+    done
     root=$(cd "$here/.." && pwd)
     case "$csv" in /*) echo "report: $csv should be relative to $root for the README links" >&2 ;; esac
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/attn-readme.XXXXXX")

@@ -554,6 +554,81 @@ Test(bench, report_derives_tflops_and_reads_every_causal_spelling) {
 
 /* report.sh plots puts the CSV's gpu, date, commit and names and the output folder into a gnuplot
  * script: a backquote there ran a shell command, a quote let a name call system(). None may run. */
+/* The lines of text that are `line`, and the most and fewest unescaped '|' on a table line. */
+static int lines_equal(const char *text, const char *line, int *most_bars, int *fewest_bars) {
+    int n = 0;
+    *most_bars = 0, *fewest_bars = 1 << 30;
+    for (const char *l = text; *l;) {
+        const size_t len = strcspn(l, "\n");
+        int bars = 0;
+        for (size_t k = 0; k < len; k++) bars += l[k] == '|' && (k == 0 || l[k - 1] != '\\');
+        if (len && l[0] == '|') *most_bars = bars > *most_bars ? bars : *most_bars;
+        if (len && l[0] == '|') *fewest_bars = bars < *fewest_bars ? bars : *fewest_bars;
+        n += len == strlen(line) && !strncmp(l, line, len);
+        l += len + (l[len] == '\n');
+    }
+    return n;
+}
+
+/* report.sh copies the CSV's text into the READMEs and onto the terminal (issue 58): a field holding a
+ * block's end marker made the README grow on every run (the next run's block ended at the copy), a '|'
+ * split a table cell in two, and escape sequences reached the terminal. In a copy of the report's tree
+ * (its own README.md, bench/README.md and a stage folder), two runs of `report.sh readme` leave each
+ * README the same, with one line for each marker, every table line with as many cells as its header,
+ * and no control character; `report.sh tables` prints none either. */
+Test(bench, report_neutralises_what_a_csv_holds) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir bench 06_x && cp \"$OLDPWD\"/bench/report.sh \"$OLDPWD\"/bench/report.awk bench/ && "
+             "printf 'top\\n<!-- bench:begin -->\\nold\\n<!-- bench:end -->\\ntail\\n' >README.md && "
+             "printf 'b\\n<!-- bench:tables:begin -->\\n<!-- bench:tables:end -->\\n' >bench/README.md && "
+             "printf 's\\n<!-- bench:stage:06:begin -->\\n<!-- bench:stage:06:end -->\\n' >06_x/README.md",
+             dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    char path[700];
+    snprintf(path, sizeof path, "%s/r.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(REPORT_HEADER, f);
+    const char *end = "<!-- bench:end --><!-- bench:tables:end --><!-- bench:stage:06:end -->";
+    fprintf(f, "GPU|x\033[2J,d\033]0;t\007,c|1,06,fa2%s|y,1,4,64,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,n%s|z\033[31m\n",
+            end, end);
+    fprintf(f, "GPU|x\033[2J,d\033]0;t\007,c|1,torch_naive,,1,4,64,16,0,fp16,ok,3.0,0.05,0,0,,,5,-,\n");
+    fclose(f);
+    static const char *const readme[3][2] = {
+        {"README.md", "bench:"}, {"bench/README.md", "bench:tables:"}, {"06_x/README.md", "bench:stage:06:"}};
+    char *first[3] = {NULL, NULL, NULL};
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof cmd, "cd %s && sh bench/report.sh readme r.csv", dir);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, readme[i][0]);
+            char *text = slurp(path), marker[64];
+            cr_assert_not_null(text);
+            if (!run) first[i] = strdup(text);
+            else cr_assert_str_eq(text, first[i], "%s changed on the second run", readme[i][0]);
+            int most, fewest;
+            for (int e = 0; e < 2; e++) {
+                snprintf(marker, sizeof marker, "<!-- %s%s -->", readme[i][1], e ? "end" : "begin");
+                cr_assert_eq(lines_equal(text, marker, &most, &fewest), 1, "%s: %s not one line's:\n%s",
+                             readme[i][0], marker, text);
+            }
+            cr_assert_eq(most, fewest, "%s: a table line with another cell count:\n%s", readme[i][0], text);
+            cr_assert_null(strpbrk(text, "\033\007"), "%s: a control character:\n%s", readme[i][0], text);
+        }
+    }
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s/r.csv", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strpbrk(out, "\033\007"), "tables print a control character: %s", out);
+    snprintf(cmd, sizeof cmd, "cd %s && BENCH_CMD='make bench %s' sh bench/report.sh readme r.csv", dir, end);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "report: readme: the BENCH_CMD 'make bench <!-- bench:end -->"), "%s", out);
+    for (int i = 0; i < 3; i++) free(first[i]);
+    snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 Test(bench, report_plots_never_run_what_a_csv_holds) {
     if (run_cmd("command -v gnuplot", out, sizeof out) != 0)
         cr_skip_test("gnuplot not found: plots not tested");
