@@ -562,6 +562,32 @@ Test(cli, workshop_refuses_an_unknown_exercise) {
     cr_assert(strstr(out, "is a cpu exercise"), "%s", out);
 }
 
+/* The project inside another git work tree that ignores it (a tarball unpacked under a repository's
+ * ignored folder): the workshop runner asked git for the enclosing repository's files, got none of the
+ * project's, and every exercise said NOT CAUGHT (issue 58). From such a copy, with this build's CPU
+ * objects, one CPU exercise is caught. Skipped without build/nocuda (the CPU build the runner uses). */
+Test(cli, workshop_runs_inside_another_git_work_tree) {
+    struct stat sb;
+    if (stat("build/nocuda/attn", &sb) != 0) cr_skip_test("build/nocuda/attn is not built (make NO_CUDA=1)");
+    if (run_cmd("command -v git", out, sizeof out) != 0) cr_skip_test("git not found");
+    char top[] = "/tmp/attn-outer.XXXXXX", cmd[4096];
+    cr_assert_not_null(mkdtemp(top));
+    snprintf(cmd, sizeof cmd,
+             "set -e; git -C %s init -q; echo proj/ >%s/.gitignore; mkdir -p %s/proj/build/nocuda; "
+             "tar --exclude=./build --exclude=./.git -cf - . | tar -C %s/proj -xf -; "
+             "cp -a build/nocuda/obj build/nocuda/libattn.a build/nocuda/attn %s/proj/build/nocuda/; "
+             "cd %s/proj && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS bash workshop/run.sh cpu "
+             "workshop/04m-no-alpha.patch",
+             top, top, top, top, top, top);
+    const int rc = run_cmd(cmd, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", top);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "04m-no-alpha") && strstr(out, "FAIL as expected") &&
+                  strstr(out, "workshop (cpu): 1 of 1 exercises behaved as expected"),
+              "%s", out);
+}
+
 /* A FIFO among the inputs is refused at once; the timeout turns a hang into a failure. */
 Test(cli, load_refuses_a_fifo) {
     char dir[64], args[512], path[512];
