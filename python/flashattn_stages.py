@@ -104,14 +104,13 @@ class _Arg:
         if not isinstance(cai, dict):
             raise TypeError("%s must be a torch CUDA tensor or have __cuda_array_interface__ (got %s)"
                             % (name, type(x).__name__))
-        self.dtype = {"<f2": "fp16", "<f4": "fp32"}.get(cai.get("typestr"), cai.get("typestr"))
-        self.shape, self.ptr, self.device = tuple(cai["shape"]), int(cai["data"][0] or 0), None
-        self.readonly = bool(cai["data"][1])
+        typestr, self.shape, self.ptr, self.readonly, strides = _interface(cai, name)
+        self.dtype, self.device = {"<f2": "fp16", "<f4": "fp32"}.get(typestr, typestr), None
         dense, step = [], {"fp16": 2, "fp32": 4}.get(self.dtype, 1)
         for n in reversed(self.shape):
             dense.insert(0, step)
             step *= n
-        self.contiguous = cai.get("strides") is None or tuple(cai["strides"]) == tuple(dense)
+        self.contiguous = strides is None or strides == tuple(dense)
 
     def expect(self, shape, dtypes, what, align=16):
         if len(self.shape) != len(shape) or any(a != b for a, b in zip(self.shape, shape) if b is not None):
@@ -128,6 +127,26 @@ class _Arg:
                       "gives 256)" % align
             raise ValueError("%s must start on a %d-byte boundary (its data pointer is 0x%x; a view at an "
                              "offset can break this: %s)" % (self.name, align, self.ptr, fix))
+
+
+def _is_int(v):
+    """An int or an integer type of numpy's (__index__), never a bool (True would pass as 1)."""
+    return not isinstance(v, bool) and hasattr(type(v), "__index__")
+
+
+def _interface(cai, name):
+    """(typestr, shape, pointer, read-only, strides) of a __cuda_array_interface__ dict. The pointer is
+    checked: past 64 bits ctypes cut it to its low 64 bits (2^64 + x aliased x), and a float was cut to
+    an int."""
+    data = cai["data"]
+    if not isinstance(data, (tuple, list)) or len(data) != 2 or not (data[0] is None or _is_int(data[0])):
+        raise TypeError("%s's __cuda_array_interface__ 'data' must be a pair (an int pointer, a read-only flag) "
+                        "(got %r)" % (name, data))
+    ptr = operator.index(data[0] or 0)
+    if not 0 <= ptr < 2 ** 64:
+        raise ValueError("%s's data pointer must be 0 .. 2^64 - 1 (got %d)" % (name, ptr))
+    strides = cai.get("strides")
+    return cai.get("typestr"), tuple(cai["shape"]), ptr, bool(data[1]), None if strides is None else tuple(strides)
 
 
 def _numpy_types(*names):
@@ -184,7 +203,7 @@ def _stream(stream):
     if stream is None:
         return None
     handle = getattr(stream, "cuda_stream", stream)
-    if isinstance(handle, bool) or not hasattr(type(handle), "__index__"):   # int, numpy's integers
+    if not _is_int(handle):   # int, numpy's integers
         raise TypeError("stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got %s)"
                         % type(stream).__name__)
     handle = operator.index(handle)

@@ -118,6 +118,46 @@ def test_refusals_name_the_argument(case, exc, words):
     assert words in str(e.value)
 
 
+def interface_with(**kw):
+    f = FakeCuda((2, 3, 17, 64))
+    f.__cuda_array_interface__.update(kw)
+    return f
+
+
+@pytest.mark.parametrize("case, fake, exc, words", [
+    # a pointer past 64 bits reached ctypes, which kept its low 64: 2^64 + x aliased x
+    ("q", interface_with(data=(2 ** 64 + (1 << 20), False)), ValueError,
+     "q's data pointer must be 0 .. 2^64 - 1 (got 18446744073710600192)"),
+    ("k", interface_with(data=(-16, False)), ValueError, "k's data pointer must be 0 .. 2^64 - 1 (got -16)"),
+    ("v", interface_with(data=(float(1 << 20), False)), TypeError,
+     "v's __cuda_array_interface__ 'data' must be a pair (an int pointer, a read-only flag) (got (1048576.0, False))"),
+    ("q", interface_with(data=1 << 20), TypeError, "q's __cuda_array_interface__ 'data' must be a pair"),
+    ("q", interface_with(data=(True, False)), TypeError, "q's __cuda_array_interface__ 'data' must be a pair"),
+    ("o", interface_with(data=(2 ** 64, False)), ValueError, "out[0] (o)'s data pointer must be 0 .. 2^64 - 1"),
+])
+def test_a_malformed_interface_is_refused_by_name(monkeypatch, case, fake, exc, words):
+    """__cuda_array_interface__ is the caller's: its data pointer is checked before the library is
+    loaded, and a refusal names the argument. Pure Python: no GPU, torch or library needed."""
+    lib = LibraryCalls(monkeypatch)
+    q, k, v = fakes()
+    o, lse = out_for((2, 3, 17, 64))
+    args = {"q": q, "k": k, "v": v, "o": o, "lse": lse}
+    args[case] = fake
+    with pytest.raises(exc) as e:
+        fa.forward(args["q"], args["k"], args["v"], out=(args["o"], args["lse"]))
+    assert words in str(e.value)
+    assert lib.loads == [], "the library was loaded"
+
+
+def test_a_well_formed_interface_reaches_the_library(monkeypatch):
+    """What the interface allows passes: the largest pointer."""
+    lib = LibraryCalls(monkeypatch)
+    q, k, v = fakes()
+    k.__cuda_array_interface__["data"] = (2 ** 64 - 256, False)
+    fa.forward(q, k, v, out=out_for((2, 3, 17, 64)))
+    assert lib.calls[-1][1] == 2 ** 64 - 256
+
+
 @pytest.mark.parametrize("case", ["lse 4-byte aligned", "scale 0", "scale -2.3e38"])
 def test_what_the_c_side_takes_passes_the_python_checks(case):
     """These reach the library (which, without a GPU or the .so, fails for that reason instead)."""
