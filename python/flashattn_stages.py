@@ -135,18 +135,32 @@ def _is_int(v):
 
 
 def _interface(cai, name):
-    """(typestr, shape, pointer, read-only, strides) of a __cuda_array_interface__ dict. The pointer is
-    checked: past 64 bits ctypes cut it to its low 64 bits (2^64 + x aliased x), and a float was cut to
-    an int."""
-    data = cai["data"]
+    """(typestr, shape, pointer, read-only, strides) of a __cuda_array_interface__ dict, every key checked:
+    a missing one raised a bare KeyError, a size that is no int reached ctypes (ArgumentError, naming no
+    argument), a pointer past 64 bits was cut to its low 64 bits by ctypes (2^64 + x aliased x), and a
+    float one was cut to an int."""
+    what = "%s's __cuda_array_interface__" % name
+    for key in ("shape", "typestr", "data"):
+        if key not in cai:
+            raise TypeError("%s has no %r (it needs 'shape', 'typestr' and 'data')" % (what, key))
+    shape, typestr, data, strides = cai["shape"], cai["typestr"], cai["data"], cai.get("strides")
+    if not isinstance(shape, (tuple, list)) or not all(_is_int(n) for n in shape):
+        raise TypeError("%s 'shape' must be a tuple of ints (got %r)" % (what, shape))
+    shape = tuple(operator.index(n) for n in shape)
+    if min(shape, default=0) < 0:
+        raise ValueError("%s 'shape' must hold sizes >= 0 (got %r)" % (what, shape))
+    if not isinstance(typestr, str):
+        raise TypeError("%s 'typestr' must be a str (got %r)" % (what, typestr))
     if not isinstance(data, (tuple, list)) or len(data) != 2 or not (data[0] is None or _is_int(data[0])):
-        raise TypeError("%s's __cuda_array_interface__ 'data' must be a pair (an int pointer, a read-only flag) "
-                        "(got %r)" % (name, data))
+        raise TypeError("%s 'data' must be a pair (an int pointer, a read-only flag) (got %r)" % (what, data))
     ptr = operator.index(data[0] or 0)
     if not 0 <= ptr < 2 ** 64:
         raise ValueError("%s's data pointer must be 0 .. 2^64 - 1 (got %d)" % (name, ptr))
-    strides = cai.get("strides")
-    return cai.get("typestr"), tuple(cai["shape"]), ptr, bool(data[1]), None if strides is None else tuple(strides)
+    if strides is not None and (not isinstance(strides, (tuple, list)) or len(strides) != len(shape)
+                                or not all(_is_int(n) for n in strides)):
+        raise TypeError("%s 'strides' must be None or %d ints (got %r)" % (what, len(shape), strides))
+    strides = None if strides is None else tuple(map(operator.index, strides))
+    return typestr, shape, ptr, bool(data[1]), strides
 
 
 def _numpy_types(*names):
