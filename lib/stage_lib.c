@@ -56,7 +56,9 @@ static attn_status check_device_memory(const void *const ptr[5]) {
     case ATTN_MEMORY_OTHER_DEVICE:
         return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_OTHER_WHY " (got device %d, current %d)",
                          attn_forward_arg_name[r.index], r.device, r.current);
-    default: return attn_fail(ATTN_ECUDA, ATTN_MEMORY_NO_ANSWER_WHY ": %s", cudaGetErrorString(r.error));
+    default:
+        return attn_fail(ATTN_ECUDA, "%s: %s", attn_memory_no_answer_why(r.error),
+                         cudaGetErrorString(r.error));
     }
 }
 

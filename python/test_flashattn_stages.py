@@ -206,6 +206,22 @@ def test_what_the_c_side_takes_passes_the_python_checks(case):
         assert words not in str(e.value), str(e.value)
 
 
+def test_without_a_gpu_the_library_says_no_cuda_device():
+    """On a machine without a GPU (or its driver) the library cannot ask the runtime about the pointers:
+    its reason said "cannot ask ... (no usable device?)" and then quoted CUDA's "CUDA driver version is
+    insufficient for CUDA runtime version", which reads as a driver to update. It says "no CUDA device"
+    first. Needs the library (FLASHATTN_LIB_DIR or build/); with a GPU, the made-up pointers are refused
+    as no device memory instead, and the test skips."""
+    if not os.path.exists(fa.library_path("06")):
+        pytest.skip("%s is missing: make build/libfa2.so (a CUDA build)" % fa.library_path("06"))
+    q, k, v = fakes()
+    with pytest.raises((RuntimeError, ValueError)) as e:
+        fa.forward(q, k, v, out=out_for((2, 3, 17, 64)))
+    if isinstance(e.value, ValueError):
+        pytest.skip("a GPU is here: %s" % e.value)
+    assert "CUDA error: no CUDA device (no NVIDIA GPU or driver here" in str(e.value), str(e.value)
+
+
 class LibraryCalls:
     """Stands in for fa._load: records whether the library was loaded and what forward passed it."""
 
