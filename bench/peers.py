@@ -408,9 +408,11 @@ def check_grads(torch, o, grads, q, k, v, d_o, causal, scale, seed):
             if r > worst or not where:
                 i, d = divmod(int(ratio.argmax()), D)
                 worst = r
-                where = "%s at b=%d h=%d n=%d d=%d: got %.5g want %.5g" % (name, b, h, i, d, float(x[i, d]), float(ref[i, d]))
+                where = "%s at b=%d h=%d n=%d d=%d: got %.5g want %.5g" % (
+                    name, b, h, i, d, float(x[i, d]), float(ref[i, d]))
     ok = nonfinite == 0 and worst <= 1.0
-    note = "%d heads: max abs err %.3g; worst err/tol %.3g, %s; %d non-finite" % (len(heads), max_err, worst, where, nonfinite)
+    note = "%d heads: max abs err %.3g; worst err/tol %.3g, %s; %d non-finite" % (
+        len(heads), max_err, worst, where, nonfinite)
     return dict(ok=ok, max_abs_err=max_err, worst=worst, heads=len(heads), note=note)
 
 
