@@ -16,6 +16,10 @@
 #   make bench SWEEP='--seqs 1024,4096 --dims 128'   shape flags for the stages and the peers
 #   make bench BENCH_ARGS='--stages 02,06'            flags for attn-bench alone (--help)
 #   make plots CSV=path        PNGs from a CSV made elsewhere, into $(PLOTS_DIR)
+#   make roofline CSV=path [CEILINGS=path]   the roofline of the CSV's stages (bench/roofline.sh): the
+#                              table on stdout, roofline.png into $(PLOTS_DIR); CEILINGS defaults to the
+#                              one bench/ceilings.py wrote beside the CSV (make bench measures it where
+#                              PyTorch sees a GPU)
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
 #   make fa2-road-table CSV=bench/results/bench.csv
@@ -36,11 +40,12 @@ SWEEP       ?=
 BENCH_ARGS  ?=
 BENCH_RESULTS := bench/results
 BENCH_PART  = $(basename $(CSV))
+CEILINGS    ?= $(BENCH_PART)_ceilings.csv
 BENCH_FLAGS = $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(COLD)),--cold)
 BENCH_COMMIT = $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && \
   { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 
-.PHONY: bench bench-peers plots bench-results fa2-road-table
+.PHONY: bench bench-peers plots roofline bench-results fa2-road-table
 
 $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -57,10 +62,11 @@ bench: $(BENCH_BIN)
 	@out=$$($(BENCH_BIN) $(BENCH_FLAGS) --dry-run --csv $(BENCH_PART)_stages.csv --commit $(BENCH_COMMIT) \
 	  $(SWEEP) $(BENCH_ARGS) 2>&1) || { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }; \
 	case "$$out" in *"--dry-run: the flags"*) ;; *) printf '%s\n' "$$out"; exit 0 ;; esac # BENCH_ARGS=--help
-	@rm -f $(BENCH_PART)_peers.csv $(BENCH_PART)_stages.csv; t0=$$(date +%s); rc=0; \
+	@rm -f $(BENCH_PART)_peers.csv $(BENCH_PART)_stages.csv $(BENCH_PART)_ceilings.csv; t0=$$(date +%s); rc=0; \
 	if [ "$(PEERS)" = 0 ]; then :; elif command -v $(PYTHON) >/dev/null 2>&1; then \
 	  $(PYTHON) bench/peers.py $(BENCH_FLAGS) --csv $(BENCH_PART)_peers.csv --commit $(BENCH_COMMIT) $(SWEEP) \
 	    || echo "bench: bench/peers.py failed; going on without the peers" >&2; \
+	  $(PYTHON) bench/ceilings.py --csv $(BENCH_PART)_ceilings.csv || echo "bench: no ceilings, so no roofline" >&2; \
 	else echo "peers: skipped: $(PYTHON) not found" >&2; fi; \
 	$(BENCH_BIN) $(BENCH_FLAGS) --csv $(BENCH_PART)_stages.csv --commit $(BENCH_COMMIT) $(SWEEP) $(BENCH_ARGS) \
 	  || rc=$$?; \
@@ -69,6 +75,7 @@ bench: $(BENCH_BIN)
 	sh bench/report.sh merge $(CSV) $$(ls $(BENCH_PART)_stages.csv $(BENCH_PART)_peers.csv 2>/dev/null) || rc=1; \
 	echo; sh bench/report.sh tables $(CSV) || rc=1; \
 	sh bench/report.sh plots $(CSV) $(PLOTS_DIR) || true; \
+	[ ! -s $(BENCH_PART)_ceilings.csv ] || sh bench/roofline.sh plot $(CSV) $(BENCH_PART)_ceilings.csv $(PLOTS_DIR) || true; \
 	echo "bench: $(CSV), $$(( $$(date +%s) - t0 )) s in all (peers, stages, tables, plots)" >&2; exit $$rc
 
 # The same as make bench (the peers run whenever PyTorch with CUDA is there); kept as a name.
@@ -77,12 +84,19 @@ bench-peers: bench
 plots:
 	@sh bench/report.sh plots $(CSV) $(PLOTS_DIR)
 
+roofline:
+	@sh bench/roofline.sh table $(CSV) $(CEILINGS)
+	@sh bench/roofline.sh plot $(CSV) $(CEILINGS) $(PLOTS_DIR)
+
 bench-results:
 	@test -s "$(CSV)" || { echo "bench-results: no CSV at $(CSV) (make bench-results CSV=path)" >&2; exit 1; }
 	@mkdir -p $(BENCH_RESULTS)
 	@if [ "$(abspath $(CSV))" != "$(abspath $(BENCH_RESULTS)/bench.csv)" ]; then \
 	  cp "$(CSV)" $(BENCH_RESULTS)/bench.csv && echo "bench-results: $(CSV) -> $(BENCH_RESULTS)/bench.csv"; fi
 	@sh bench/report.sh plots $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)
+	@if [ -s "$(CEILINGS)" ]; then \
+	  [ "$(abspath $(CEILINGS))" = "$(abspath $(BENCH_RESULTS)/bench_ceilings.csv)" ] || cp "$(CEILINGS)" $(BENCH_RESULTS)/bench_ceilings.csv; \
+	  sh bench/roofline.sh plot $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)/bench_ceilings.csv $(BENCH_RESULTS); fi
 	@sh bench/report.sh readme $(BENCH_RESULTS)/bench.csv
 
 # Needs only a CSV and awk: works on any machine.

@@ -26,7 +26,8 @@ static int bench(const char *args) { return run_bin(bench_bin(), args, out, size
 
 /* attn-bench's header; the report tests write the peers' (no pass column: a row reads as the forward's) */
 static const char HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,"
+                             "tile_read,tile_written\n";
 static const char REPORT_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                                     "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
 
@@ -165,13 +166,20 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
     int rows = 0;
     for (char *save = NULL, *line = strtok_r(text + strlen(HEADER), "\n", &save); line;
          line = strtok_r(NULL, "\n", &save), rows++) {
-        char copy[1024], *field[23];
+        char copy[1024], *field[27];
         int nf = 1;
         snprintf(copy, sizeof copy, "%s", line);
         field[0] = copy;
-        for (char *p = copy; *p && nf < 23; p++)
+        for (char *p = copy; *p && nf < 27; p++)
             if (*p == ',') *p = '\0', field[nf++] = p + 1;
-        cr_assert_eq(nf, 22, "row %d has %d fields: %s", rows, nf, line);
+        cr_assert_eq(nf, 26, "row %d has %d fields: %s", rows, nf, line);
+        /* the bytes, on every row, ran or not: HBM at least Q, K and V once (2 x 17 x 32 x 2 bytes each at
+         * N = 17), the tiles at least what HBM reads */
+        const double inputs = 3.0 * 2 * atof(field[7]) * 32 * 2;
+        cr_assert(atof(field[22]) >= inputs && atof(field[23]) > 0, "row %d: hbm bytes %s %s", rows, field[22],
+                  field[23]);
+        cr_assert(atof(field[24]) >= atof(field[22]) && atof(field[25]) >= atof(field[23]), "row %d: tiles %s",
+                  rows, line);
         cr_assert_str_eq(field[2], commit, "row %d: %s", rows, line);
         const attn_stage *s = attn_find_stage(field[3]);
         cr_assert_not_null(s, "unknown stage in row %d: %s", rows, line);
