@@ -58,7 +58,8 @@ points() {
 }
 
 table() {
-    points "$1" "$2" | awk '
+    pts=$(points "$1" "$2") || exit $?
+    printf '%s\n' "$pts" | awk '
     NR == 1 {
         gpu = $5; for (i = 6; i <= NF; i++) gpu = gpu " " $i
         printf "roofline on %s: HBM copy %.3g TB/s, fp16 matmul %.4g TFLOP/s, fp32 matmul %.3g TFLOP/s; ridge at %.0f FLOP/B\n\n",

@@ -768,8 +768,8 @@ static void trace_begin(const attn_stage *s, long long row) {
 
 static void trace_step(const attn_trace *t, const attn_trace_step *st) {
     char keys[32];
-    snprintf(keys, sizeof keys, st->key_last >= st->key_first ? "%d-%d" : "%d.. past N", st->key_first,
-             st->key_last);
+    const int past_n = st->key_last < st->key_first; /* 06m: a 64-key step of the tail tile wholly past N */
+    snprintf(keys, sizeof keys, past_n ? "%d.." : "%d-%d", st->key_first, st->key_last);
     printf("  %-12s%10.5f %10.5f %9.6f", keys, (double)st->m, (double)st->l, (double)st->alpha);
     if (!(st->l > 0.0f)) { /* no key seen yet: no LSE and no output to show */
         printf(" %11s  (no visible key yet)\n", "-");
@@ -777,7 +777,7 @@ static void trace_step(const attn_trace *t, const attn_trace_step *st) {
     }
     printf(" %11.6f", (double)st->m * st->m_ln + log((double)st->l));
     for (int d = 0; d < st->D && d < TRACE_DIMS; d++) printf(" %9.5f", (double)(st->o[d] / st->l));
-    printf("\n");
+    printf("%s\n", past_n ? "  (every key past N: masked)" : "");
     (void)t;
 }
 
