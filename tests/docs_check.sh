@@ -50,12 +50,16 @@
 #      is written. A CPU sweep that outlasts the limit (attn-bench --warmup-ms 100 on 2 cores) is
 #      a skip, as in 3.
 #
+#   5. References that go stale when the code moves (tests/docs_refs.sh, which says how): every
+#      `file:line` in the Markdown must name what it cites, and the name must stand in those lines;
+#      every workshop/*.patch must apply exactly where its hunks say, without offset or fuzz.
+#
 # Not checked: other programs and scripts (bash ..., python3 ..., bench/peers.py), anchors into
 # non-Markdown files, the values of flags beyond what the binaries check, whether a GPU stage runs
 # (on a machine without a GPU it stops at "no usable GPU"), and what a command prints.
 #
 # Output: one line per problem, FILE:LINE: what; then
-#   docs-check: N links, M make targets, K commands checked; P problems (S skipped)
+#   docs-check: N links, M make targets, K commands, R line references, W patches checked; P problems (S skipped)
 # DOCS_CHECK_VERBOSE=1 also prints each skip, with its reason. Exit 1 if there is any problem, 0
 # otherwise, 2 when the check itself cannot run.
 set -u
@@ -592,5 +596,15 @@ while IFS=$'\t' read -r kind file ln src flags words; do
     esac
 done <"$tmp/cmds"
 
-echo "docs-check: $n_links links, $n_make make targets, $n_cmds commands checked; $n_problems problems ($n_skipped skipped)"
+# ------------------------------------------------------------------------------------------------
+# 5. file:line references and the workshop patches.
+refs_out=$(bash "$here/docs_refs.sh" "$root")
+[ $? -le 1 ] || die "tests/docs_refs.sh could not run"
+printf '%s\n' "$refs_out" | grep -v '^docs-refs: '
+refs_last=$(printf '%s\n' "$refs_out" | tail -n 1)
+n_refs=$(printf '%s\n' "$refs_last" | sed -n 's/^docs-refs: \([0-9]*\) line references.*/\1/p')
+n_patches=$(printf '%s\n' "$refs_last" | sed -n 's/.*, \([0-9]*\) patches checked.*/\1/p')
+n_problems=$((n_problems + $(printf '%s\n' "$refs_last" | sed -n 's/.*; \([0-9]*\) problems$/\1/p')))
+
+echo "docs-check: $n_links links, $n_make make targets, $n_cmds commands, ${n_refs:-0} line references, ${n_patches:-0} patches checked; $n_problems problems ($n_skipped skipped)"
 [ "$n_problems" -eq 0 ]
