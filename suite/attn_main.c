@@ -170,9 +170,10 @@ static const char *bytes_text(double b, char *buf, size_t cap) {
     return buf;
 }
 
-/* The bytes the stage's tiles move (attn_bytes, common/stage.h): HBM's, over the median time, then the
- * tiles' own traffic where it differs. A CPU model (not stage 01) runs its kernel's tiles: its bytes
- * are the kernel's on a GPU, and its own time says nothing of them. */
+/* The bytes the stage's tiles move (attn_bytes, common/stage.h): HBM's, over the median time on a GPU,
+ * then the tiles' own traffic where it differs. A CPU model (not stage 01) runs its kernel's tiles:
+ * its bytes are the kernel's on a GPU, and its own time says nothing of them; stage 01's RAM traffic
+ * over its time would not say what limits it either (its caches do the work). */
 static void print_bytes(const attn_stage *s, const attn_problem *p, const attn_result *r) {
     if (!s->bytes_moved) return;
     const attn_bytes b = s->bytes_moved(p, s->max_gpus > 1 ? r->gpus : 1);
@@ -183,9 +184,9 @@ static void print_bytes(const attn_stage *s, const attn_problem *p, const attn_r
     if (model) printf("stage %s's kernel: ", kernel->id);
     printf("%s %s read, %s written", s->on_gpu || model ? "HBM" : "RAM", bytes_text(b.hbm_read, a, sizeof a),
            bytes_text(b.hbm_written, w, sizeof w));
-    if (!model && r->ms_median > 0)
+    if (s->on_gpu && r->ms_median > 0)
         printf(", %s/s", bytes_text((b.hbm_read + b.hbm_written) / (r->ms_median * 1e-3), t, sizeof t));
-    printf(" (a model of the tiles, not a measurement)\n");
+    printf(" (a model, not a measurement)\n");
     if (b.tile_read != b.hbm_read || b.tile_written != b.hbm_written)
         printf(
             "         tiles: %s loaded and %s stored by the blocks, %.1fx HBM's reads: L2 serves the rest\n",
