@@ -41,9 +41,9 @@
 #      --load of a folder not in the tree, input redirections, shell expansion,
 #      placeholders (an ALL-CAPS word such as ID, N or DIR, or <...>). Output redirections are
 #      dropped (the output is captured here). In running text a span without --stage (nor --list,
-#      --list-ids, --list-dims, --help), or ending in "...", shows flags, not a whole command: it is
-#      completed with --stage 01 and, for each of --batch 1 --heads 1 --seq 64 --dim 64 it lacks,
-#      that flag, so that its flags are parsed. In a code block every command must stand alone.
+#      --list-ids, --list-dims, --source, --help), or ending in "...", shows flags, not a whole
+#      command: it is completed with --stage 01 and, for each of --batch 1 --heads 1 --seq 64 --dim 64
+#      it lacks, that flag, so that its flags are parsed. In a code block every command must stand alone.
 #   4. build/attn-bench ... (and `attn-bench ...` in running text): run as in 3. with --cpu-only
 #      appended (no GPU stage runs, wherever this runs) and --csv pointing into a temporary folder
 #      (a --csv the line gives is replaced: its path is not checked), so that nothing in the tree
@@ -522,7 +522,7 @@ check_run() { # kind file line src flags env... \036 args...
             case $w in *[a-z]*) ;; *) skipped "$file" "$ln" "$prog: placeholder '$w'"; return ;; esac ;;
         --save | --save=*) [ "$kind" = attn ] && { skipped "$file" "$ln" "$prog: --save writes files"; return; } ;;
         --stage | --stage=*) has_stage=1 ;;
-        --list | --list-ids | --list-dims | --help | -h) has_action=1 ;;
+        --list | --list-ids | --list-dims | --source | --help | -h) has_action=1 ;;
         esac
         if [ "$prev" = --load ] && [ ! -d "$w" ]; then
             skipped "$file" "$ln" "$prog: --load $w: no such folder in the tree"
