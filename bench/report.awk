@@ -77,6 +77,7 @@ function index_rows(   i, j, k, t, p, s, key, one) {
         p = point(i)
         if (R[i, "stage"] == "02") base02[p] = R[i, "ms"]
         if (R[i, "stage"] == "torch_naive") basetorch[p] = R[i, "ms"]
+        if (R[i, "pass"] == "bwd") p = p SUBSEP "bwd" # vs best: a backward time against backward rows
         if (!(p in best) || R[i, "ms"] < best[p]) best[p] = R[i, "ms"]
     }
     for (i = 1; i <= nr; i++) {
@@ -125,7 +126,10 @@ function pbefore(i, j) {
     return R[i, "dtype"] < R[j, "dtype"]
 }
 function row_at(k, N, s) { return ((order[k], N, s) in find) ? find[order[k], N, s] : 0 }
-function speedup(i, base,   p) { p = point(i); return ok(i) && (p in base) ? base[p] / R[i, "ms"] : -1 }
+function speedup(i, base, by_pass,   p) {
+    p = point(i) (by_pass && R[i, "pass"] == "bwd" ? SUBSEP "bwd" : "")
+    return ok(i) && (p in base) ? base[p] / R[i, "ms"] : -1
+}
 
 # ---- number formats (the same as the C tables they replace) --------------------------------------
 function fmt_ms(v) { return v >= 1000 ? sprintf("%.0f", v) : v >= 100 ? sprintf("%.1f", v) : v >= 10 ? sprintf("%.2f", v) : sprintf("%.3f", v) }
@@ -155,7 +159,7 @@ function metric_cells(i,   st, fail, note) {
     }
     C[1] = fail ? "FAIL" : fmt_ms(R[i, "ms"])   # a wrong result's time means nothing
     C[2] = fail ? "-" : fmt_tf(R[i, "tflops"])
-    C[3] = fmt_x(speedup(i, base02)); C[4] = fmt_x(speedup(i, basetorch)); C[5] = fmt_x(speedup(i, best))
+    C[3] = fmt_x(speedup(i, base02)); C[4] = fmt_x(speedup(i, basetorch)); C[5] = fmt_x(speedup(i, best, 1))
     C[6] = fmt_bytes(R[i, "extra_bytes"])
     if (fail) C[7] = (md ? "**FAIL** " : "FAIL ") note
     else if (R[i, "max_abs_err"] != "")
@@ -218,7 +222,7 @@ function header(   i, first, s, k, skipped, why, any, ran, l2) {
 function legend(   b) {
     b = md ? "*" : ""
     printf "%sms%s: median of the timed runs after warm-up. %sTFLOP/s%s: 4·B·H·N²·D FLOPs (half when causal) / time. " \
-        "%svs 02%s, %svs torch%s, %svs best%s: the time of stage 02, of naive PyTorch (torch_naive), or of the fastest row " \
+        "%svs 02%s, %svs torch%s, %svs best%s: the time of stage 02, of naive PyTorch (torch_naive), or of the fastest row (of the backward rows, for a backward stage) " \
         "at that point, over this row's time (above 1: faster). %sextra mem%s: device memory beyond Q, K, V, O and LSE. " \
         "%scheck%s: max |O - O_ref| on sampled rows against the double CPU reference; a FAIL row is never counted as a " \
         "timing. OOM: the stage's workspace does not fit; cpu-skip: the CPU stage would take longer than the limit; " \

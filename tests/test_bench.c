@@ -856,6 +856,27 @@ Test(bench, report_tables_order_compare_and_skip) {
     remove_report_dir(dir);
 }
 
+/* "vs best" of a backward row is against the backward rows of its point alone: a backward stage does
+ * 2.5 times a forward's work, and a forward's time is no best for it (12m read 0.20x against 05m). */
+Test(bench, report_vs_best_keeps_backward_rows_apart) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], line[512];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/in.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
+          "max_abs_err,check,repeats,l2,note,pass\n", f);
+    fputs("G1,d,c,05m,bands,1,2,64,64,0,fp16,ok,1,,0,0,0.0002,pass,5,-,,fwd\n", f);
+    fputs("G1,d,c,12m,bwd_model,1,2,64,64,0,fp16,ok,4,,0,0,0.0002,pass,5,-,,bwd\n", f);
+    fputs("G1,d,c,13,bwd_fast,1,2,64,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,,bwd\n", f);
+    fclose(f);
+    report_tables(path);
+    cr_assert(strstr(line_with(out, " 12m bwd_model ", line, sizeof line), " 0.50x "), "2 / 4, not 1 / 4:\n%s", out);
+    cr_assert(strstr(line_with(out, " 13 bwd_fast ", line, sizeof line), " 1.00x "), "%s", out);
+    cr_assert(strstr(line_with(out, " 05m bands ", line, sizeof line), " 1.00x "), "%s", out);
+    remove_report_dir(dir);
+}
+
 /* report.sh merge into an OUT that is a symbolic link replaces the link, never what it points to: not
  * even a FIFO there is refused or written to (the rename never opens it). */
 Test(bench, report_merge_replaces_a_link_out) {
