@@ -4,6 +4,8 @@
 #                         sm_80 and sm_90 (build/fa2_ptxas.txt; exit 1 on any spill), and instruction counts
 #                         from the SASS when cuobjdump is found (build/fa2.sass)
 #   make diff A=03m B=04m the code of two stages (or road steps) side by side, without their header comments
+#   python3 tools/ncu_bytes.py   on a GPU with Nsight Compute: the bytes model of stages 02, 03, 06, 09 against
+#                         ncu's DRAM and L2 counters (the pending table of README.md, "Bytes moved")
 
 SASS_STAGE_DIR := 06_fa2_full
 
