@@ -3,9 +3,14 @@
 #   make bench                 the PyTorch and Triton peers (bench/peers.py, when python3 imports torch
 #                              with a GPU; they also time the C libraries through python/), then
 #                              build/attn-bench over every registered stage: B=4 H=32 D=64,128
-#                              N=512..16384, causal and not (no GPU: the CPU stages 01, 03m-06m, small).
+#                              N=512..16384, causal and not (no GPU: the CPU stages 01, 03m-06m, 12m,
+#                              small). The backward (stages 11-13d, 12m; the backward of SDPA's flash
+#                              and cuDNN backends) is part of it: rows with pass bwd, tables of their own.
 #                              One merged CSV ($(CSV)), the tables on stdout (sh + awk, no Python),
 #                              PNG plots when gnuplot exists. Progress and elapsed times on stderr.
+#                              About 11-13 minutes on the H200, estimated (bench/README.md, "The
+#                              backward": the forward alone took 432 s); SWEEP=--no-backward and
+#                              SWEEP=--no-forward split it in two, each under 10 minutes
 #   make bench QUICK=1         a small sweep (B=1 H=4 N=128,512,1024 D=64) in well under a minute
 #   make bench COLD=1          cold L2: 4x the L2 size written before every timed run (stages and peers)
 #   make bench SWEEP='--warmup-ms 0'   1 or 2 untimed runs before each point's timing instead of the default

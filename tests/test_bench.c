@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -912,4 +913,172 @@ Test(bench, report_merge_needs_csvs_with_the_columns) {
     cr_assert(strstr(out, "in.csv has no stage, N, D or status column; skipped") && strstr(out, "no rows to merge"),
               "%s", out);
     remove_report_dir(dir);
+}
+
+/* ---- the backward: attn-bench's rows, the switches, the report's backward tables --------------- */
+
+/* A backward stage's row (12m, the CPU model of stage 12) says pass bwd and counts 2.5 times the
+ * forward's FLOPs: 2.5 x 4 B H N^2 D, half when causal, over its time; the forward stage's beside it
+ * says fwd and counts 4 B H N^2 D. Both are checked (12m's gradients against the double reference). */
+Test(bench, backward_rows_count_two_and_a_half_forwards) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], f[64];
+    bench_into_fresh_csv(dir, csv, sizeof csv,
+                         "--cpu-only --batch 1 --heads 2 --seqs 33 --dims 32 --causal 1 --stages 01,12m --repeat-ms 1");
+    const char *text = slurp(csv);
+    const char *stages[2] = {"01", "12m"}, *pass[2] = {"fwd", "bwd"};
+    const double times[2] = {1.0, 2.5}, flops = 4.0 * 1 * 2 * 33 * 33 * 32 / 2;
+    for (int s = 0; s < 2; s++) {
+        const char *row = csv_row(text, stages[s]);
+        cr_assert_not_null(row, "no row of %s: %s", stages[s], text);
+        cr_assert_str_eq(csv_field(row, 21, f, sizeof f), pass[s], "%s", row);
+        cr_assert_str_eq(csv_field(row, 11, f, sizeof f), "ok", "%s", row);
+        cr_assert_str_eq(csv_field(row, 17, f, sizeof f), "pass", "%s", row);
+        const double ms = atof(csv_field(row, 12, f, sizeof f)), tf = atof(csv_field(row, 13, f, sizeof f));
+        const double want = times[s] * flops / (ms * 1e9);
+        cr_assert(ms > 0 && fabs(tf - want) <= 1e-5 * want, "%s: %g TFLOP/s, want %g from %g ms", stages[s], tf, want, ms);
+    }
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* --no-backward runs the forward stages alone, --no-forward the backward ones: the dry run's stage
+ * count is the registry's of that pass; both together, or either with --stages, is bad input. */
+Test(bench, pass_switches_select_the_stages) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[1024], want[64];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    int nbwd = 0;
+    for (int i = 0; i < attn_num_stages; i++) nbwd += attn_stages[i].pass != ATTN_FORWARD;
+    cr_assert_gt(nbwd, 0, "no backward stage registered");
+    const char *sw[2] = {"--no-backward", "--no-forward"};
+    const int count[2] = {attn_num_stages - nbwd, nbwd};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "--cpu-only --dry-run %s --csv %s", sw[k], csv);
+        cr_assert_eq(bench(args), 0, "%s", out);
+        snprintf(want, sizeof want, "; %d stages; ", count[k]);
+        cr_assert(strstr(out, want), "%s: want '%s' in %s", sw[k], want, out);
+    }
+    EXPECT_BAD("--no-backward --no-forward", "--no-backward and --no-forward together leave no stage to run");
+    EXPECT_BAD("--stages 01 --no-forward", "--stages and --no-forward together");
+    EXPECT_BAD("--gpu-limit -2", "--gpu-limit must be a finite number >= 0 (got '-2')");
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
+/* The forward's rows and the backward's of one point, B=1 H=2 N=64 D=64 (4 B H N^2 D = 2097152 FLOPs
+ * forward): the peers sdpa_flash and sdpa_cudnn in both passes under one name. */
+static const char FWD_ROWS[] =
+    "g,d,c,01,cpu,1,2,64,64,0,fp16,ok,4,,0,0,0.0002,pass,5,-,,fwd\n"
+    "g,d,c,06,fa2_full,1,2,64,64,0,fp16,ok,0.5,,0,0,0.0002,pass,5,warm,,fwd\n"
+    "g,d,c,sdpa_flash,sdpa_flash,1,2,64,64,0,fp16,ok,1,,0,0,0.0001,pass,5,warm,,fwd\n";
+static const char BWD_ROWS[] =
+    "g,d,c,11,backward_naive,1,2,64,64,0,fp16,ok,8,,65536,65536,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,12,backward_tiled,1,2,64,64,0,fp16,ok,2,,33280,33280,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,13,backward_fa2,1,2,64,64,0,fp16,ok,1,,33280,33280,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,13d,backward_fa2_deterministic,1,2,64,64,0,fp16,ok,1.25,,33296,33296,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,sdpa_flash,sdpa_flash,1,2,64,64,0,fp16,ok,1.5,,32768,,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,0.25,,0,,0.001,pass,5,warm,,bwd\n";
+
+/* The header of attn-bench's CSV up to pass, as before the bytes columns: the rows above have no bytes. */
+static const char PASS_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
+                                  "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+
+/* dir/NAME holding PASS_HEADER and rows; its path into path */
+static void write_csv_file(const char *dir, const char *name, const char *rows, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(PASS_HEADER, f), fputs(rows, f), fclose(f);
+}
+
+/* The line of text after `from` that begins with `first`, into buf; "" if none. */
+static const char *table_line(const char *from, const char *first, char *buf, size_t cap) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "\n%s", first);
+    const char *at = from ? strstr(from, needle) : NULL;
+    buf[0] = '\0';
+    if (at) snprintf(buf, cap, "%.*s", (int)strcspn(at + 1, "\n"), at + 1);
+    return buf;
+}
+
+/* report.sh MODE on path into out (exit status returned) */
+static int report(const char *mode, const char *path, const char *extra) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh %s %s %s 2>&1", mode, path, extra);
+    return run_cmd(cmd, out, sizeof out);
+}
+
+/* The backward's rows change nothing of the forward's tables (the tables of the forward's rows alone
+ * are the start of the tables of both, byte for byte: no backward row enters a forward panel, its "vs
+ * best" or its comparison with the peers), and get panels of their own after them: vs 11 (stage 11's
+ * time over the row's), vs best among the backward rows, the memory beyond the inputs and gradients,
+ * TFLOP/s at 2.5 times the forward's FLOPs, each fast backward stage against the peers' backward, and
+ * the road table 12 vs 11, 13 vs 12, 13d vs 13. */
+Test(bench, report_backward_panels_beside_an_unchanged_forward) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", fwd[700], both[700], rows[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    write_csv_file(dir, "fwd.csv", FWD_ROWS, fwd, sizeof fwd);
+    snprintf(rows, sizeof rows, "%s%s", FWD_ROWS, BWD_ROWS);
+    write_csv_file(dir, "both.csv", rows, both, sizeof both);
+    static char alone[sizeof out];
+    cr_assert_eq(report("tables", fwd, ""), 0, "%s", out);
+    snprintf(alone, sizeof alone, "%s", out);
+    cr_assert_eq(report("tables", both, ""), 0, "%s", out);
+    cr_assert(!strncmp(out, alone, strlen(alone)), "the forward's tables changed:\n%s\n---- alone:\n%s", out, alone);
+    const char *bw = out + strlen(alone), *panel = strstr(bw, "== Backward: D=64, non-causal");
+    cr_assert(panel && !strstr(alone, "backward_"), "no backward panel, or a backward row in the forward's:\n%s", out);
+    char line[512];
+    cr_assert(strstr(line_with(alone, " 06 fa2_full ", line, sizeof line), " 1.00x "), "06's vs best: %s", line);
+    cr_assert(strstr(line_with(panel, " 11 backward_naive ", line, sizeof line), " 64.0 KiB "), "11: %s", line);
+    /* 12: 2 ms, 4.00x stage 11, 0.12x the best (cuDNN's 0.25 ms); 2.5 x 2097152 FLOPs in 2 ms */
+    cr_assert(strstr(line_with(panel, " 12 backward_tiled ", line, sizeof line), " 2.000 ") && strstr(line, " 4.00x ") &&
+                  strstr(line, " 0.12x ") && strstr(line, " 0.00262 "), "12: %s", line);
+    cr_assert(strstr(line_with(panel, " sdpa_flash ", line, sizeof line), " 1.500 "), "FA2's backward: %s", line);
+    cr_assert(strstr(bw, "stage 13 against the peers' backward (FA2, cuDNN)") &&
+                  strstr(bw, "stage 13d against the peers' backward"), "%s", bw);
+    cr_assert(strstr(table_line(strstr(bw, "stage 13 against"), "64 ", line, sizeof line), " 1.50 ") &&
+                  strstr(line, " 0.25"), "13 vs FA2 (1.5 / 1) and cuDNN (0.25 / 1): %s", line);
+    const char *road = strstr(bw, "12 vs 11  13 vs 12  13d vs 13");
+    cr_assert(road && strstr(table_line(road, "64  no ", line, sizeof line), " 4.00 ") && strstr(line, " 2.00 ") &&
+                  strstr(line, " 0.80"), "the road table:\n%s", bw);
+    cr_assert(strstr(table_line(strstr(alone, "== Stage 06 against the peers (FA2)"), "64 ", line, sizeof line), " 2.00"),
+              "06 against the forward's FA2 (1 / 0.5):\n%s", alone);
+    snprintf(rows, sizeof rows, "rm %s %s && rmdir %s", fwd, both, dir);
+    cr_assert_eq(run_cmd(rows, out, sizeof out), 0, "%s", out);
+}
+
+/* A backward stage's README table (report.sh stage) has vs 11, vs the stage before it (13d: 13) and the
+ * peers' backward; the top README's backward table (bcompact) the speedups over stage 11; a CSV with
+ * no backward row has no backward table (exit 3). A bwd row without TFLOP/s gets 2.5 times the
+ * forward's FLOPs over its time; a pass other than fwd or bwd is a malformed row; merge keeps the
+ * pass, and a CSV without the column merges as the forward's. */
+Test(bench, report_backward_stage_table_compact_and_merge) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", fwd[700], both[700], rows[4096], cmd[2048], line[512];
+    cr_assert_not_null(mkdtemp(dir));
+    write_csv_file(dir, "fwd.csv", FWD_ROWS, fwd, sizeof fwd);
+    snprintf(rows, sizeof rows, "%s%sg,d,c,12,sideways,1,2,64,64,0,fp16,ok,2,,0,0,0.001,pass,5,warm,,up\n", FWD_ROWS,
+             BWD_ROWS);
+    write_csv_file(dir, "both.csv", rows, both, sizeof both);
+    cr_assert_eq(report("stage", both, "13d"), 0, "%s", out);
+    cr_assert(strstr(out, "| vs 11 | vs 13 | extra mem | check | FA2 TFLOP/s | cuDNN TFLOP/s | vs FA2 | vs cuDNN |"), "%s",
+              out);
+    /* 13d: 1.25 ms; 6.40x stage 11; 13's time over its own 0.80; FA2 1.5 / 1.25, cuDNN 0.25 / 1.25 */
+    cr_assert(strstr(out, "| 64 | no | 64 | 1.250 | 0.00419 | 6.40x | 0.80 | 32.5 KiB | pass 1.0e-03 | 0.00350 | 0.021 | 1.20 | 0.20 |"),
+              "%s", out);
+    cr_assert(strstr(out, "skipped a malformed row"), "the pass 'up' was taken: %s", out);
+    cr_assert_eq(report("bcompact", both, ""), 0, "%s", out);
+    cr_assert(strstr(out, "**Backward TFLOP/s at N = 64**") && strstr(line_with(out, "| 12 backward_tiled |", line, sizeof line),
+                                                                      "0.00262 (4.00x)"), "%s", out);
+    cr_assert_null(strstr(out, "fa2_full"), "a forward row in the backward's table: %s", out);
+    cr_assert_eq(report("bcompact", fwd, ""), 3, "%s", out);
+    cr_assert_eq(out[0], '\0', "%s", out);
+    snprintf(cmd, sizeof cmd, "printf '%sg,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,,0,,,,5,warm,\\n' > %s/old.csv && "
+             "sh bench/report.sh merge %s/m.csv %s %s/old.csv && cat %s/m.csv", REPORT_HEADER, dir, dir, both, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    /* merged with the TFLOP/s derived: 2.5 x 2097152 / 1.25 ms backward, 2097152 / 1 ms forward; the four
+     * byte columns after pass stay empty for rows that had none */
+    cr_assert(strstr(out, ",13d,backward_fa2_deterministic,1,2,64,64,0,fp16,ok,1.25,0.0041943,") &&
+                  strstr(out, ",warm,,bwd,,,,\n") &&
+                  strstr(out, ",sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,0.00209715,0,,,,5,warm,,fwd,,,,\n"),
+              "%s", out);
+    snprintf(cmd, sizeof cmd, "rm %s %s %s/old.csv %s/m.csv && rmdir %s", fwd, both, dir, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
 }
