@@ -21,6 +21,10 @@
 #   make bench SWEEP='--seqs 1024,4096 --dims 128'   shape flags for the stages and the peers
 #   make bench BENCH_ARGS='--stages 02,06'            flags for attn-bench alone (--help)
 #   make plots CSV=path        PNGs from a CSV made elsewhere, into $(PLOTS_DIR)
+#   make roofline CSV=path [CEILINGS=path]   the roofline of the CSV's stages (bench/roofline.sh): the
+#                              table on stdout, roofline.png into $(PLOTS_DIR); CEILINGS defaults to the
+#                              one bench/ceilings.py wrote beside the CSV (make bench measures it where
+#                              PyTorch sees a GPU)
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
 #   make fa2-road-table CSV=bench/results/bench.csv
@@ -47,11 +51,13 @@ BENCH_RESULTS := bench/results
 sh_quote    = '$(subst ','\'',$(1))'
 BENCH_PATHS = csv=$(call sh_quote,$(CSV)); case "$$(basename -- "$$csv")" in *.*) part="$${csv%.*}" ;; \
               *) part="$$csv" ;; esac;
+# The roofline's ceilings (bench/ceilings.py), beside the CSV: CSV less its extension, then _ceilings.csv.
+CEILINGS    ?= $(basename $(CSV))_ceilings.csv
 BENCH_FLAGS = $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(COLD)),--cold)
 BENCH_COMMIT = $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && \
   { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 
-.PHONY: bench bench-peers plots bench-results fa2-road-table
+.PHONY: bench bench-peers plots roofline bench-results fa2-road-table
 
 $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -68,10 +74,11 @@ bench: $(BENCH_BIN)
 	@$(BENCH_PATHS) out=$$($(call sh_quote,$(BENCH_BIN)) $(BENCH_FLAGS) --dry-run --csv "$${part}_stages.csv" \
 	  --commit $(BENCH_COMMIT) $(SWEEP) $(BENCH_ARGS) 2>&1) || { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }; \
 	case "$$out" in *"--dry-run: the flags"*) ;; *) printf '%s\n' "$$out"; exit 0 ;; esac # BENCH_ARGS=--help
-	@$(BENCH_PATHS) rm -f "$${part}_peers.csv" "$${part}_stages.csv"; t0=$$(date +%s); rc=0; \
+	@$(BENCH_PATHS) rm -f "$${part}_peers.csv" "$${part}_stages.csv" "$${part}_ceilings.csv"; t0=$$(date +%s); rc=0; \
 	if [ "$(PEERS)" = 0 ]; then :; elif command -v $(PYTHON) >/dev/null 2>&1; then \
 	  $(PYTHON) bench/peers.py $(BENCH_FLAGS) --csv "$${part}_peers.csv" --commit $(BENCH_COMMIT) $(SWEEP) \
 	    || echo "bench: bench/peers.py failed; going on without the peers" >&2; \
+	  $(PYTHON) bench/ceilings.py --csv "$${part}_ceilings.csv" || echo "bench: no ceilings, so no roofline" >&2; \
 	else echo "peers: skipped: $(PYTHON) not found" >&2; fi; \
 	$(call sh_quote,$(BENCH_BIN)) $(BENCH_FLAGS) --csv "$${part}_stages.csv" --commit $(BENCH_COMMIT) $(SWEEP) \
 	  $(BENCH_ARGS) || rc=$$?; \
@@ -81,6 +88,7 @@ bench: $(BENCH_BIN)
 	sh bench/report.sh merge "$$csv" "$$@" || rc=1; \
 	echo; sh bench/report.sh tables "$$csv" || rc=1; \
 	sh bench/report.sh plots "$$csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
+	[ ! -s "$${part}_ceilings.csv" ] || sh bench/roofline.sh plot "$$csv" "$${part}_ceilings.csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
 	echo "bench: $$csv, $$(( $$(date +%s) - t0 )) s in all (peers, stages, tables, plots)" >&2; exit $$rc
 
 # The same as make bench (the peers run whenever PyTorch with CUDA is there); kept as a name.
@@ -89,12 +97,19 @@ bench-peers: bench
 plots:
 	@sh bench/report.sh plots $(call sh_quote,$(CSV)) $(call sh_quote,$(PLOTS_DIR))
 
+roofline:
+	@sh bench/roofline.sh table $(call sh_quote,$(CSV)) $(call sh_quote,$(CEILINGS))
+	@sh bench/roofline.sh plot $(call sh_quote,$(CSV)) $(call sh_quote,$(CEILINGS)) $(call sh_quote,$(PLOTS_DIR))
+
 bench-results:
 	@$(BENCH_PATHS) test -s "$$csv" || { echo "bench-results: no CSV at $$csv (make bench-results CSV=path)" >&2; exit 1; }
 	@mkdir -p $(BENCH_RESULTS)
 	@$(BENCH_PATHS) if ! [ "$$csv" -ef $(BENCH_RESULTS)/bench.csv ]; then \
 	  cp -- "$$csv" $(BENCH_RESULTS)/bench.csv && echo "bench-results: $$csv -> $(BENCH_RESULTS)/bench.csv"; fi
 	@sh bench/report.sh plots $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)
+	@if [ -s $(call sh_quote,$(CEILINGS)) ]; then \
+	  [ $(call sh_quote,$(CEILINGS)) -ef $(BENCH_RESULTS)/bench_ceilings.csv ] || cp -- $(call sh_quote,$(CEILINGS)) $(BENCH_RESULTS)/bench_ceilings.csv; \
+	  sh bench/roofline.sh plot $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)/bench_ceilings.csv $(BENCH_RESULTS); fi
 	@sh bench/report.sh readme $(BENCH_RESULTS)/bench.csv
 
 # Needs only a CSV and awk: works on any machine.

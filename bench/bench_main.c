@@ -57,6 +57,7 @@ typedef struct {
     char status[16], check[8], note[320];
     double ms, tflops, extra, workspace, max_err, run_s, check_s; /* run_s, check_s: see progress() */
     int repeats;
+    int gpus; /* the GPUs the run used (stage 10: every one present); 0 before it ran */
 } row_t;
 
 static void usage(FILE *f) {
@@ -535,6 +536,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         r->ms = res.ms_median;
         r->tflops = attn_stage_flops(s, p) / (res.ms_median * 1e9);
         r->repeats = res.runs, r->run_s = res.run_wall_ms / 1e3, r->check_s = res.check_wall_ms / 1e3;
+        r->gpus = res.gpus;
         r->workspace = (double)res.extra_bytes;
         r->extra = (double)(res.extra_measured > res.extra_bytes ? res.extra_measured : res.extra_bytes);
         /* a point of at least the calibration's rows refines the stage's rate; a smaller one, where
@@ -618,8 +620,11 @@ static void csv_num(FILE *f, double v, const char *fmt) {
 }
 
 static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *date) {
+    /* hbm_*, tile_*: the bytes the stage's tiles move at this point (attn_bytes, common/stage.h), on the
+     * GPUs it ran on: a model, written for every row of a stage that has one (bench/roofline.sh) */
     fprintf(f, "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-               "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n");
+               "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,tile_read,"
+               "tile_written\n");
     for (size_t i = 0; i < sw->nrows; i++) {
         const row_t *r = &sw->rows[i];
         fprintf(f, "%s,%s,%s,%s,%s,%lld,%lld,%lld,%lld,%d,%s,%s,", gpu, date, sw->c->commit, r->s->id,
@@ -632,8 +637,15 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
         csv_num(f, r->max_err, "%.4g");
         fprintf(f, "%s,", r->check);
         if (r->repeats > 0) fprintf(f, "%d", r->repeats);
-        fprintf(f, ",%s,%s,%s\n", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm",
+        fprintf(f, ",%s,%s,%s,", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm",
                 r->note, r->s->pass == ATTN_FORWARD ? "fwd" : "bwd");
+        const attn_bytes b = r->s->bytes_moved ? r->s->bytes_moved(&r->p, r->gpus > 1 ? r->gpus : 1)
+                                               : (attn_bytes){NAN, NAN, NAN, NAN};
+        csv_num(f, b.hbm_read, "%.0f");
+        csv_num(f, b.hbm_written, "%.0f");
+        csv_num(f, b.tile_read, "%.0f");
+        if (isfinite(b.tile_written)) fprintf(f, "%.0f", b.tile_written);
+        fputc('\n', f);
     }
 }
 

@@ -19,7 +19,8 @@
 BEGIN {
     FS = ","
     NCOL = split("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes," \
-                 "workspace_bytes,max_abs_err,check,repeats,l2,note,pass", COL, ",")
+                 "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,tile_read," \
+                 "tile_written", COL, ",")
     if (fast == "") fast = 6
     # the peers a fast stage is set against, and their short labels
     NPEER = split("sdpa_flash sdpa_cudnn triton_fa2 flash_attn4", PEER, " ")
@@ -71,7 +72,8 @@ function wellformed(i,   k, c) {
     if (NF != hnf || index($0, "\"") || R[i, "stage"] == "" || R[i, "pass"] !~ /^(fwd|bwd)$/) return 0
     for (k = split("B H N D", c, " "); k >= 1; k--) if (R[i, c[k]] !~ /^[0-9]+$/ || R[i, c[k]] + 0 <= 0) return 0
     if (R[i, "causal"] != "" && R[i, "causal"] !~ /^(0|1|True|False|true|false)$/) return 0
-    for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats", c, " "); k >= 1; k--)
+    for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats hbm_read hbm_written tile_read " \
+                   "tile_written", c, " "); k >= 1; k--)
         if (R[i, c[k]] != "" && R[i, c[k]] !~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) return 0
     return 1
 }

@@ -85,7 +85,7 @@ int attn_lib_forward(attn_stage_run_fn run, attn_stage_shape_fn shape, attn_stag
     attn_problem p = attn_problem_make(B, H, N, D, causal);
     p.scale = scale;
     p.dtype = (attn_dtype)dtype;
-    const attn_args a = {q, k, v, o, lse, NULL, (void *)stream, 1, NULL, NULL, NULL, NULL};
+    const attn_args a = {q, k, v, o, lse, NULL, (void *)stream, 1, NULL, NULL, NULL, NULL, NULL};
     return lib_status(run(&p, &a));
 }
 

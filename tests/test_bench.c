@@ -27,7 +27,8 @@ static int bench(const char *args) { return run_bin(bench_bin(), args, out, size
 
 /* attn-bench's header; the report tests write the peers' (no pass column: a row reads as the forward's) */
 static const char HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,"
+                             "tile_read,tile_written\n";
 static const char REPORT_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                                     "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
 
@@ -166,13 +167,20 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
     int rows = 0;
     for (char *save = NULL, *line = strtok_r(text + strlen(HEADER), "\n", &save); line;
          line = strtok_r(NULL, "\n", &save), rows++) {
-        char copy[1024], *field[23];
+        char copy[1024], *field[27];
         int nf = 1;
         snprintf(copy, sizeof copy, "%s", line);
         field[0] = copy;
-        for (char *p = copy; *p && nf < 23; p++)
+        for (char *p = copy; *p && nf < 27; p++)
             if (*p == ',') *p = '\0', field[nf++] = p + 1;
-        cr_assert_eq(nf, 22, "row %d has %d fields: %s", rows, nf, line);
+        cr_assert_eq(nf, 26, "row %d has %d fields: %s", rows, nf, line);
+        /* the bytes, on every row, ran or not: HBM at least Q, K and V once (2 x 17 x 32 x 2 bytes each at
+         * N = 17), the tiles at least what HBM reads */
+        const double inputs = 3.0 * 2 * atof(field[7]) * 32 * 2;
+        cr_assert(atof(field[22]) >= inputs && atof(field[23]) > 0, "row %d: hbm bytes %s %s", rows, field[22],
+                  field[23]);
+        cr_assert(atof(field[24]) >= atof(field[22]) && atof(field[25]) >= atof(field[23]), "row %d: tiles %s",
+                  rows, line);
         cr_assert_str_eq(field[2], commit, "row %d: %s", rows, line);
         const attn_stage *s = attn_find_stage(field[3]);
         cr_assert_not_null(s, "unknown stage in row %d: %s", rows, line);
@@ -978,6 +986,27 @@ Test(bench, report_tables_order_compare_and_skip) {
     remove_report_dir(dir);
 }
 
+/* "vs best" of a backward row is against the backward rows of its point alone: a backward stage does
+ * 2.5 times a forward's work, and a forward's time is no best for it (12m read 0.20x against 05m). */
+Test(bench, report_vs_best_keeps_backward_rows_apart) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], line[512];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/in.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
+          "max_abs_err,check,repeats,l2,note,pass\n", f);
+    fputs("G1,d,c,05m,bands,1,2,64,64,0,fp16,ok,1,,0,0,0.0002,pass,5,-,,fwd\n", f);
+    fputs("G1,d,c,12m,bwd_model,1,2,64,64,0,fp16,ok,4,,0,0,0.0002,pass,5,-,,bwd\n", f);
+    fputs("G1,d,c,13,bwd_fast,1,2,64,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,,bwd\n", f);
+    fclose(f);
+    report_tables(path);
+    cr_assert(strstr(line_with(out, " 12m bwd_model ", line, sizeof line), " 0.50x "), "2 / 4, not 1 / 4:\n%s", out);
+    cr_assert(strstr(line_with(out, " 13 bwd_fast ", line, sizeof line), " 1.00x "), "%s", out);
+    cr_assert(strstr(line_with(out, " 05m bands ", line, sizeof line), " 1.00x "), "%s", out);
+    remove_report_dir(dir);
+}
+
 /* report.sh merge into an OUT that is a symbolic link replaces the link, never what it points to: not
  * even a FIFO there is refused or written to (the rename never opens it). */
 Test(bench, report_merge_replaces_a_link_out) {
@@ -1077,12 +1106,16 @@ static const char BWD_ROWS[] =
     "g,d,c,sdpa_flash,sdpa_flash,1,2,64,64,0,fp16,ok,1.5,,32768,,0.001,pass,5,warm,,bwd\n"
     "g,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,0.25,,0,,0.001,pass,5,warm,,bwd\n";
 
-/* dir/NAME holding HEADER and rows; its path into path */
+/* The header of attn-bench's CSV up to pass, as before the bytes columns: the rows above have no bytes. */
+static const char PASS_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
+                                  "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+
+/* dir/NAME holding PASS_HEADER and rows; its path into path */
 static void write_csv_file(const char *dir, const char *name, const char *rows, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
-    fputs(HEADER, f), fputs(rows, f), fclose(f);
+    fputs(PASS_HEADER, f), fputs(rows, f), fclose(f);
 }
 
 /* The line of text after `from` that begins with `first`, into buf; "" if none. */
@@ -1169,9 +1202,11 @@ Test(bench, report_backward_stage_table_compact_and_merge) {
     snprintf(cmd, sizeof cmd, "printf '%sg,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,,0,,,,5,warm,\\n' > %s/old.csv && "
              "sh bench/report.sh merge %s/m.csv %s %s/old.csv && cat %s/m.csv", REPORT_HEADER, dir, dir, both, dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
-    /* merged with the TFLOP/s derived: 2.5 x 2097152 / 1.25 ms backward, 2097152 / 1 ms forward */
+    /* merged with the TFLOP/s derived: 2.5 x 2097152 / 1.25 ms backward, 2097152 / 1 ms forward; the four
+     * byte columns after pass stay empty for rows that had none */
     cr_assert(strstr(out, ",13d,backward_fa2_deterministic,1,2,64,64,0,fp16,ok,1.25,0.0041943,") &&
-                  strstr(out, ",warm,,bwd\n") && strstr(out, ",sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,0.00209715,0,,,,5,warm,,fwd\n"),
+                  strstr(out, ",warm,,bwd,,,,\n") &&
+                  strstr(out, ",sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,0.00209715,0,,,,5,warm,,fwd,,,,\n"),
               "%s", out);
     snprintf(cmd, sizeof cmd, "rm %s %s %s/old.csv %s/m.csv && rmdir %s", fwd, both, dir, dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);

@@ -75,7 +75,7 @@ apply_patch() { # dir patch
 # A line from the check's output, shortened: "max abs error 3.1e-01", "LSE max error ..."
 summary() {
     local out=$1 s
-    s=$(printf '%s\n' "$out" | sed -n 's/^  max abs error *- .*/no element of O finite/p; t; s/^  max abs error *\([^ ]*\).*/max abs err \1/p; s/^  LSE max error *\([^ ]*\) (err\/tol \([^)]*\)).*/LSE err \1 (err\/tol \2)/p; s/^  never written *\(.*\) (they still.*/never written: \1/p; s/^  non-finite *\(.*\) written as NaN or inf/non-finite: \1/p' | paste -sd ';' -)
+    s=$(printf '%s\n' "$out" | sed -n 's/^  max abs error *- .*/no element of O finite/p; t; s/^  max abs error *\([^ ]*\).*/max abs err \1/p; s/^  LSE max error *\([^ ]*\) (err\/tol \([^)]*\)).*/LSE err \1 (err\/tol \2)/p; s/^  never written *\(.*\) (they still.*/never written: \1/p; s/^  non-finite *\(.*\) written as NaN or inf/non-finite: \1/p; s/^  \(d[QKV]\)  max abs error \([^ ]*\).*(err\/tol \([^)]*\)).*/\1 err\/tol \3/p' | paste -sd ';' -)
     [ -n "$s" ] || s=$(printf '%s\n' "$out" | tail -n 1)
     printf '%s' "$s" | sed 's/;/; /g'
 }
