@@ -42,16 +42,11 @@ static attn_status check_shape(const int64_t size[4], size_t *need) {
             "B*H: must be at most %lld at N = %lld (one launch holds 65535 * 2^30 blocks of %d keys) "
             "(got %lld)",
             (long long)(MAX_BLOCKS / key_tiles), (long long)N, STAGE13_BC, (long long)(B * H));
+    /* Never stage13_workspace_bytes' (size_t)-1 (past 9e18) here: the limits above keep the rows at or
+     * below 2^46 * 128 = 2^53, each at most 4 (D + 2) = 520 bytes (dQ, D_i and, at N = 1, a query tile's
+     * counter): 4.7e18. It counts in a double, exact below 2^53 bytes (8 PiB, past any GPU's memory). */
     const attn_problem p = attn_problem_make(B, H, N, D, 0);
-    /* (size_t)-1 past 9e18 bytes, which 2 B*H*N*D bytes within 64 bits can still reach: the workspace
-     * takes 4 (D + 1) bytes a row, twice the 16-bit tensor and more. Counted in a double, exact below
-     * 2^53 bytes (8 PiB, past any GPU's memory). */
     *need = stage13_workspace_bytes(&p);
-    if (*need == (size_t)-1)
-        return attn_fail(ATTN_EINVAL,
-                         "B*H*N*D: the workspace, 4 (D + 1) bytes a row, overflows 64 bits "
-                         "(B=%lld H=%lld N=%lld D=%lld)",
-                         (long long)B, (long long)H, (long long)N, (long long)D);
     return ATTN_OK;
 }
 

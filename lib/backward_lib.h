@@ -69,8 +69,8 @@ int backward_fa2_backward(const void *q, const void *k, const void *v, const voi
                           float scale, int dtype, int deterministic, cudaStream_t stream);
 
 /* The workspace backward_fa2_backward needs for this shape, in *bytes: 0, or 1 (a size below 1, bytes
- * NULL, B*H*N*D or the workspace past 64 bits) or 2 (a head dim or N stage 13 does not take), with the
- * reason in backward_fa2_last_error(). No CUDA call. */
+ * NULL, B*H*N*D past 64 bits) or 2 (what stage 13 does not take: a head dim, N, B*H), with the reason
+ * in backward_fa2_last_error(). No CUDA call. */
 int backward_fa2_workspace_bytes(int64_t B, int64_t H, int64_t N, int64_t D, size_t *bytes);
 
 /* "ok", "invalid argument", "unsupported", "CUDA error", or "unknown status". */
