@@ -41,7 +41,8 @@
  * unrelated CUDA call left pending in cudaGetLastError() (3, naming it: stage 13 launches with <<<>>>
  * and asks cudaGetLastError(), which would report that error as its own and clear it; it is left for its
  * owner and nothing is queued). Then stage 13 runs, which may still refuse with 2 a GPU whose shared
- * memory per block is smaller than the kernel's (145 KB at D = 128: the sm_86 and sm_89 GPUs allow 99 KB).
+ * memory per block is smaller than the kernel's (146 KB at D = 96 and 128, 82 KB at D = 64: the sm_86,
+ * sm_89 and sm_120 GPUs allow 99 KB).
  * deterministic = 1 runs 13d: dQ summed over the key tiles in a fixed order, bit-for-bit the same on every
  * run; 0 runs 13, whose atomic adds make dQ differ from run to run in its last bits.
  *

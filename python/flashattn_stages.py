@@ -337,8 +337,8 @@ def _refusal(st, status, last, who, aq):
     """The exception for a library's status st: ValueError for 1 and 2, RuntimeError for 3."""
     why = status(st).decode()
     detail = last().decode() if last is not None else ""
-    return _STATUS.get(st, RuntimeError)("%s refused q of shape %s, %s: %s%s"
-                                         % (who, list(aq.shape), aq.dtype, why, ": " + detail if detail else ""))
+    return _STATUS.get(st, RuntimeError)("%s refused q of shape %s, %s: %s%s" % (
+        who, list(aq.shape), aq.dtype, why, ": " + detail if detail else ""))
 
 
 # ---- the backward, and the two as one autograd function ----------------------------------------
@@ -483,7 +483,8 @@ def _attention_function():
             do = do.contiguous()   # a gradient may come as an expanded or strided view
             if do.data_ptr() % 16:   # a contiguous view at an odd offset: a fresh tensor is aligned
                 do = do.clone()
-            dq, dk, dv = backward(q, k, v, o, lse, do, causal=causal, scale=scale, deterministic=deterministic)
+            dq, dk, dv = backward(q, k, v, o, lse, do, causal=causal, scale=scale,
+                                  deterministic=deterministic)
             return dq, dk, dv, None, None, None, None
 
     _function.append(Attention)
