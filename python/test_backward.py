@@ -373,6 +373,45 @@ def test_attention_refusals_name_the_argument():
         fa.attention(q, q, q)
 
 
+def test_attention_wires_forward_and_backward_through_autograd(monkeypatch):
+    """With forward() and backward() replaced by recorders, on the CPU: attention() hands forward()
+    contiguous copies of its views and its flags, keeps O and the LSE, hands backward() those same
+    tensors, its flags and a contiguous dO, and the gradients backward() returns reach the leaf through
+    the views unchanged."""
+    torch = torch_or_skip()
+    seen = {}
+
+    def fake_forward(q, k, v, causal, scale, stage):
+        seen["forward"] = (q, k, v, causal, scale, stage)
+        seen["o"], seen["lse"] = torch.randn_like(q), torch.randn(q.shape[:3])
+        return seen["o"], seen["lse"]
+
+    def fake_backward(q, k, v, o, lse, do, causal, scale, deterministic):
+        seen["backward"] = (q, k, v, o, lse, do, causal, scale, deterministic)
+        seen["grads"] = tuple(torch.randn_like(q) for _ in range(3))
+        return seen["grads"]
+
+    monkeypatch.setattr(fa, "forward", fake_forward)
+    monkeypatch.setattr(fa, "backward", fake_backward)
+    qkv = torch.randn(2, 17, 3, 4, 64, dtype=torch.float16, requires_grad=True)   # [B, N, 3, H, D]
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)   # [B, H, N, D] views, as a projection gives them
+    o = fa.attention(q, k, v, causal=True, deterministic=True)
+    assert torch.equal(o, seen["o"])
+    fq, fk, fv, causal, scale, stage = seen["forward"]
+    for got, want in ((fq, q), (fk, k), (fv, v)):
+        assert got.is_contiguous() and torch.equal(got, want)
+    assert (causal, scale, stage) == (1, 1 / 8, "06")
+    do = torch.randn(2, 4, 64, 17, dtype=torch.float16).transpose(2, 3)   # a strided gradient
+    o.backward(do)
+    bq, bk, bv, bo, blse, bdo, causal, scale, deterministic = seen["backward"]
+    for got, want in ((bq, fq), (bk, fk), (bv, fv), (bo, seen["o"]), (blse, seen["lse"])):
+        assert got.data_ptr() == want.data_ptr() and torch.equal(got, want)
+    assert bdo.is_contiguous() and torch.equal(bdo, do)
+    assert (causal, scale, deterministic) == (1, 1 / 8, 1)
+    for i, grad in enumerate(seen["grads"]):
+        assert torch.equal(qkv.grad[:, :, i], grad.permute(0, 2, 1, 3)), "gradient %d changed on its way" % i
+
+
 # ---- on the GPU ------------------------------------------------------------------------------
 
 def gpu_or_skip(D=64):
