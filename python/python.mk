@@ -4,8 +4,9 @@
 #   make build/libfa2.so   stage 06 (fa2_forward, fa2_status_string, fa2_last_error; see lib/fa2.h)
 #   make build/libbackward_fa2.so   stage 13, the backward (backward_fa2_backward; lib/backward_lib.h)
 #   make shared-libs       every library listed below
-#   make check-python      the libraries, then pytest on python/ (the module and the Triton kernel
-#                          against float64 references; GPU tests skip, saying why, without a GPU)
+#   make check-python      the libraries, then pytest on python/ (the module, its backward and autograd
+#                          function, and the Triton kernel against float64 references; GPU tests skip,
+#                          saying why, without a GPU)
 #
 # The objects are the ones build/libattn.a is made of (compiled with -fPIC for this), linked with the
 # static CUDA runtime, whose symbols stay inside the library (--exclude-libs): a process that already
@@ -21,14 +22,17 @@ SHARED_LIBS :=
 
 ifneq ($(HAVE_CUDA),)
 
+# The exported names of library $(1) whose API functions are $(2) (default: forward)
+lib_api = $(foreach f,$(or $(2),forward) status_string last_error,$(1)_$(f))
+
 define shared_lib
 SHARED_LIBS += $(BUILD)/lib$(1).so
 $(BUILD)/lib$(1).so: $(2)
-	@printf '{ global: $(foreach f,$(or $(3),forward) status_string last_error,$(1)_$(f);) local: *; };\n' >$$@.map
+	@printf '{ global: $(addsuffix ;,$(call lib_api,$(1),$(3))) local: *; };\n' >$$@.map
 	$$(CC) -shared -o $$@ $$^ -L$$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm \
 	    -Wl,--exclude-libs,ALL -Wl,--no-undefined -Wl,--version-script=$$@.map
 	@got=$$$$(nm -D --defined-only $$@ | awk '$$$$2 ~ /^[TDBRVW]$$$$/ {print $$$$3}' | sed 's/@.*//' | sort | tr '\n' ' '); \
-	want=$$$$(printf '%s\n' $(foreach f,$(or $(3),forward) status_string last_error,$(1)_$(f)) | sort | tr '\n' ' '); \
+	want=$$$$(printf '%s\n' $(call lib_api,$(1),$(3)) | sort | tr '\n' ' '); \
 	if [ "$$$$got" != "$$$$want" ]; then echo "$$@ exports '$$$$got', not '$$$$want'" >&2; rm -f $$@; exit 1; fi
 endef
 
