@@ -58,7 +58,9 @@ attn_status attn_lib_device_memory(const void *const ptr[], const char *const na
     case ATTN_MEMORY_OTHER_DEVICE:
         return attn_fail(ATTN_EINVAL, "%s: " ATTN_MEMORY_OTHER_WHY " (got device %d, current %d)",
                          name[r.index], r.device, r.current);
-    default: return attn_fail(ATTN_ECUDA, ATTN_MEMORY_NO_ANSWER_WHY ": %s", cudaGetErrorString(r.error));
+    default:
+        return attn_fail(ATTN_ECUDA, "%s: %s", attn_memory_no_answer_why(r.error),
+                         cudaGetErrorString(r.error));
     }
 }
 

@@ -145,16 +145,16 @@ class _Arg:
         if not isinstance(cai, dict):
             raise TypeError("%s must be a torch CUDA tensor or have __cuda_array_interface__ (got %s)"
                             % (name, type(x).__name__))
-        self.dtype = {"<f2": "fp16", "<f4": "fp32"}.get(cai.get("typestr"), cai.get("typestr"))
-        self.shape, self.ptr, self.device = tuple(cai["shape"]), int(cai["data"][0] or 0), None
-        self.readonly = bool(cai["data"][1])
-        dense, step = [], {"fp16": 2, "fp32": 4}.get(self.dtype, 1)
+        typestr, self.shape, self.ptr, self.readonly, strides = _interface(cai, name)
+        self.dtype, self.device = {"<f2": "fp16", "<f4": "fp32"}.get(typestr, typestr), None
+        size = typestr[2:]   # the item's bytes: "<f2" -> 2, "|u1" -> 1 (a workspace may be any type)
+        itemsize = int(size) if size.isdigit() else 1
+        dense, step = [], itemsize
         for n in reversed(self.shape):
             dense.insert(0, step)
             step *= n
-        self.contiguous = cai.get("strides") is None or tuple(cai["strides"]) == tuple(dense)
-        itemsize = str(cai.get("typestr"))[2:]   # "<f2" -> 2, "|u1" -> 1
-        self.nbytes = math.prod(self.shape) * int(itemsize) if itemsize.isdigit() else 0
+        self.contiguous = strides is None or strides == tuple(dense)
+        self.nbytes = math.prod(self.shape) * itemsize if size.isdigit() else 0
 
     def expect(self, shape, dtypes, what, align=16):
         if len(self.shape) != len(shape) or any(a != b for a, b in zip(self.shape, shape) if b is not None):
@@ -171,6 +171,40 @@ class _Arg:
                       "gives 256)" % align
             raise ValueError("%s must start on a %d-byte boundary (its data pointer is 0x%x; a view at an "
                              "offset can break this: %s)" % (self.name, align, self.ptr, fix))
+
+
+def _is_int(v):
+    """An int or an integer type of numpy's (__index__), never a bool (True would pass as 1)."""
+    return not isinstance(v, bool) and hasattr(type(v), "__index__")
+
+
+def _interface(cai, name):
+    """(typestr, shape, pointer, read-only, strides) of a __cuda_array_interface__ dict, every key checked:
+    a missing one raised a bare KeyError, a size that is no int reached ctypes (ArgumentError, naming no
+    argument), a pointer past 64 bits was cut to its low 64 bits by ctypes (2^64 + x aliased x), and a
+    float one was cut to an int."""
+    what = "%s's __cuda_array_interface__" % name
+    for key in ("shape", "typestr", "data"):
+        if key not in cai:
+            raise TypeError("%s has no %r (it needs 'shape', 'typestr' and 'data')" % (what, key))
+    shape, typestr, data, strides = cai["shape"], cai["typestr"], cai["data"], cai.get("strides")
+    if not isinstance(shape, (tuple, list)) or not all(_is_int(n) for n in shape):
+        raise TypeError("%s 'shape' must be a tuple of ints (got %r)" % (what, shape))
+    shape = tuple(operator.index(n) for n in shape)
+    if min(shape, default=0) < 0:
+        raise ValueError("%s 'shape' must hold sizes >= 0 (got %r)" % (what, shape))
+    if not isinstance(typestr, str):
+        raise TypeError("%s 'typestr' must be a str (got %r)" % (what, typestr))
+    if not isinstance(data, (tuple, list)) or len(data) != 2 or not (data[0] is None or _is_int(data[0])):
+        raise TypeError("%s 'data' must be a pair (an int pointer, a read-only flag) (got %r)" % (what, data))
+    ptr = operator.index(data[0] or 0)
+    if not 0 <= ptr < 2 ** 64:
+        raise ValueError("%s's data pointer must be 0 .. 2^64 - 1 (got %d)" % (name, ptr))
+    if strides is not None and (not isinstance(strides, (tuple, list)) or len(strides) != len(shape)
+                                or not all(_is_int(n) for n in strides)):
+        raise TypeError("%s 'strides' must be None or %d ints (got %r)" % (what, len(shape), strides))
+    strides = None if strides is None else tuple(map(operator.index, strides))
+    return typestr, shape, ptr, bool(data[1]), strides
 
 
 def _numpy_types(*names):
@@ -232,7 +266,7 @@ def _stream(stream):
     if stream is None:
         return None
     handle = getattr(stream, "cuda_stream", stream)
-    if isinstance(handle, bool) or not hasattr(type(handle), "__index__"):   # int, numpy's integers
+    if not _is_int(handle):   # int, numpy's integers
         raise TypeError("stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got %s)"
                         % type(stream).__name__)
     handle = operator.index(handle)

@@ -95,7 +95,9 @@ static void usage(FILE *f, const char *prog) {
             "  --save-inputs     with --save: also DIR/q.npy, DIR/k.npy, DIR/v.npy (and do.npy), the\n"
             "                    inputs of this run (float16 [B, H, N, D]), committed with the\n"
             "                    results: a folder that\n"
-            "                    --load reads, to edit or to feed another stage\n"
+            "                    --load reads, to edit or to feed another stage; refused into the\n"
+            "                    --load folder when its files are float32 (they would be replaced\n"
+            "                    by their float16 rounding)\n"
             "  --list            the stages: id, folder, where it runs, pass (fwd, bwd), head dims,\n"
             "                    dtypes, LSE, idea\n"
             "  --list-ids [W]    the stage ids, one per line (W: gpu, cpu or all; default all)\n"
@@ -388,14 +390,14 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
     } else if (!strcmp(a, "--save"))
         c->save_dir = val;
     else if (!strcmp(a, "--scale")) {
-        char *end = NULL;
-        c->scale = strtod(val, &end);
         /* the stages take it as a float: it must be one, and a normal one (a subnormal scale loses
-         * bits, and its log2(e) multiple in the stages' exponent would too) */
+         * bits, and its log2(e) multiple in the stages' exponent would too); written as strictly as
+         * the integer flags (attn_parse_real: " 0.5" was taken where --batch " 4" was refused) */
+        const int parsed = attn_parse_real(val, &c->scale) == 0;
         const float f = (float)c->scale;
-        if (!*val || *end || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
+        if (!parsed || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
             return bad("--scale must be a finite non-zero number in float32's normal range, %g to %g in "
-                       "magnitude (got '%s')",
+                       "magnitude, written in decimal (0.125, -0.5, 1e-3) (got '%s')",
                        (double)FLT_MIN, (double)FLT_MAX, val);
         c->have_scale = 1;
     } else if (!strcmp(a, "--dtype")) {
@@ -519,12 +521,15 @@ static const char *file_kind(mode_t m) {
  * --save-inputs, inputs from an earlier run (or another source) would stay beside the new results, and
  * `--load DIR --check` would check the new results against them. They are this run's when DIR is the
  * --load directory itself. */
-static int stale_inputs(const cli *c, int dirfd, int backward) {
-    if (c->save_inputs) return -1;
+/* 1 when the --save directory (dirfd) is the --load one, by whatever name. */
+static int saves_into_load_dir(const cli *c, int dirfd) {
     struct stat save_sb, load_sb;
-    if (c->load_dir && fstat(dirfd, &save_sb) == 0 && stat(c->load_dir, &load_sb) == 0 &&
-        save_sb.st_dev == load_sb.st_dev && save_sb.st_ino == load_sb.st_ino)
-        return -1;
+    return c->load_dir && fstat(dirfd, &save_sb) == 0 && stat(c->load_dir, &load_sb) == 0 &&
+           save_sb.st_dev == load_sb.st_dev && save_sb.st_ino == load_sb.st_ino;
+}
+
+static int stale_inputs(const cli *c, int dirfd, int backward) {
+    if (c->save_inputs || saves_into_load_dir(c, dirfd)) return -1;
     int files[SAVE_FILES], first;
     const int n = save_files(backward, 1, &first, files);
     for (int i = first; i < n; i++) {
@@ -544,6 +549,11 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
     if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
     *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
+    const int swept = npy_out_sweep(*dirfd, save_names, SAVE_FILES); /* kill -9 mid-save left them */
+    if (swept)
+        fprintf(stderr,
+                "attn: note: --save: removed %d temporary file%s that runs ended mid-save left in '%s'\n",
+                swept, swept == 1 ? "" : "s", c->save_dir);
     int files[SAVE_FILES], first;
     const int n = save_files(backward, 1, &first, files); /* lse.npy too: a stage without LSE removes it */
     for (int i = 0; i < (c->save_inputs ? n : first); i++) {
@@ -593,7 +603,9 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
         st = files[i] == SAVE_LSE ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
                                   : npy_out_write(&outs[i], NPY_F16, 4, shape, data[files[i]]);
-    if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, backward || with_lse ? 0 : 1);
+    if (st == ATTN_OK) /* a Ctrl-C while another process holds DIR's lock stops the wait (hold_signals.h) */
+        st = npy_out_commit_wait(outs, nouts, stale, backward || with_lse ? 0 : 1, NPY_LOCK_WAIT_MS,
+                                 attn_signals_noted);
     for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
     attn_signals_release(&held);
     if (st != ATTN_OK) {
@@ -603,15 +615,36 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     return 0;
 }
 
-/* The note for inputs rounded to t on loading: bit 0, 1, 2, 3 of mask for q.npy, k.npy, v.npy, do.npy. */
-static void note_rounded(unsigned mask, const char *held, attn_dtype t) {
+/* The input files of mask, "q.npy, k.npy" (bit 0, 1, 2, 3 for q.npy, k.npy, v.npy, do.npy), into list[40]. */
+static const char *input_names(unsigned mask, char list[40]) {
     static const char *const names[4] = {"q.npy", "k.npy", "v.npy", "do.npy"};
-    char list[40] = "";
     size_t n = 0;
+    list[0] = '\0';
     for (int i = 0; i < 4; i++)
-        if (mask >> i & 1) n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", names[i]);
-    fprintf(stderr, "attn: note: %s held %s values, rounded to %s (the type the stages read)\n", list, held,
-            attn_dtype_name(t));
+        if (mask >> i & 1) n += (size_t)snprintf(list + n, 40 - n, "%s%s", n ? ", " : "", names[i]);
+    return list;
+}
+
+/* The note for inputs rounded to t on loading (mask as input_names'). */
+static void note_rounded(unsigned mask, const char *held, attn_dtype t) {
+    char list[40];
+    fprintf(stderr, "attn: note: %s held %s values, rounded to %s (the type the stages read)\n",
+            input_names(mask, list), held, attn_dtype_name(t));
+}
+
+/* --save-inputs writes the run's inputs as float16: into the --load folder, over float32 files, that
+ * would replace the user's inputs by their rounding (it did, silently). Refused after loading (only
+ * then are the files' types known) and before the run; float16 files are written back bit for bit.
+ * Returns -1 to go on, or the exit status. */
+static int refuse_rounding_the_loaded_inputs(const cli *c, const attn_inputs *in, int dirfd, int backward) {
+    const unsigned f32 = in->from_f32 & (backward ? 15u : 7u);
+    if (!c->save_inputs || !f32 || !saves_into_load_dir(c, dirfd)) return -1;
+    char list[40];
+    return bad(
+        "--save '%s' is the --load folder and its %s held float32 values: --save-inputs would replace "
+        "them with their float16 rounding (drop --save-inputs: the folder's own inputs stay beside the "
+        "results; or --save into another folder)",
+        c->save_dir, input_names(f32, list));
 }
 
 /* Loads or makes the inputs and checks the scale against them. Returns -1 to go on, or the exit
@@ -711,6 +744,7 @@ static int run(const cli *c) {
     else if (c->load_dir)
         p.scale = 0.0f; /* 1/sqrt(D) once the files give D */
     if (rc < 0) rc = make_inputs(c, s, &p, &in);
+    if (rc < 0 && c->save_dir) rc = refuse_rounding_the_loaded_inputs(c, &in, dirfd, backward);
 
     attn_run_opts opt = attn_run_opts_default();
     opt.repeat = c->repeat >= 0 ? (int)c->repeat : (s->on_gpu ? 10 : 1);

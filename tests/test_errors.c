@@ -114,14 +114,15 @@ Test(errors, every_shell_script_parses) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "tests/ensure-criterion.sh: %s", out);
 }
 
-/* Without Criterion and without apt-get (a PATH holding only rm and id, a compiler that fails), the
- * installer must say what to install and exit 1, not stop on a syntax error. */
+/* Without Criterion and without apt-get (a PATH holding only rm, id and mktemp, which makes the probe's
+ * private folder, a compiler that fails), the installer must say what to install and exit 1, not stop on
+ * a syntax error. */
 Test(errors, ensure_criterion_says_what_to_install) {
     char bin[64], cmd[4096];
     snprintf(bin, sizeof bin, "/tmp/attn-nocrit-XXXXXX");
     cr_assert_not_null(mkdtemp(bin));
     snprintf(cmd, sizeof cmd,
-             "for t in rm id; do ln -s \"$(command -v $t)\" %s/$t || exit 9; done; "
+             "for t in rm id mktemp; do ln -s \"$(command -v $t)\" %s/$t || exit 9; done; "
              "env PATH=%s CC=/bin/false /bin/sh '%s/tests/ensure-criterion.sh'",
              bin, bin, repo_root());
     int rc = run_cmd(cmd, out, sizeof out);

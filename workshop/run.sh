@@ -47,11 +47,15 @@ else build=${WS_CUDA_BUILD:-build}; mkargs="BUILD=$build ${WS_MAKEFLAGS:-}"; fi
 attn=$build/attn
 [ -x "$attn" ] || { echo "workshop: $attn is missing: build it first (make workshop-check does)" >&2; exit 2; }
 
-# The pristine tree: tracked and untracked-but-not-ignored files, mtimes kept.
+# The pristine tree: tracked and untracked-but-not-ignored files, mtimes kept. git lists them only when
+# this folder is its work tree's top: inside another repository's work tree (a tarball unpacked in a
+# folder that repository ignores) git answered for that repository, listed nothing of the project, and
+# every exercise said NOT CAUGHT; then the whole folder is copied, as where there is no git.
 copy_tree() {
-    local dst=$1
+    local dst=$1 top
     mkdir -p "$dst"
-    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    top=$(git rev-parse --show-toplevel 2>/dev/null) || top=
+    if [ -n "$top" ] && [ "$(cd "$top" && pwd -P)" = "$(pwd -P)" ]; then
         git ls-files -z --cached --others --exclude-standard | xargs -0 cp -p --parents -t "$dst" 2>/dev/null
     else
         tar --exclude=./build --exclude=./.git -cf - . | tar -C "$dst" -xf -
