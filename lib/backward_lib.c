@@ -131,7 +131,8 @@ int backward_fa2_backward(const void *q, const void *k, const void *v, const voi
     p.scale = scale;
     p.dtype = (attn_dtype)dtype;
     /* attn_args holds o and lse writable because a forward stage writes them; a backward stage only reads */
-    const attn_args a = {q, k, v, (void *)o, (float *)lse, workspace, (void *)stream, 1, d_o, dq, dk, dv, NULL};
+    const attn_args a = {q, k,   v,  (void *)o, (float *)lse, workspace, (void *)stream,
+                         1, d_o, dq, dk,        dv,           NULL};
     st = deterministic ? stage13d_run(&p, &a) : stage13_run(&p, &a);
     if (st != ATTN_OK) (void)cudaGetLastError(); /* nothing was pending before: the error is the run's own */
     return attn_lib_status(st);
