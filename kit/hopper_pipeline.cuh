@@ -36,10 +36,11 @@
 
 #include "hopper.cuh"
 
-/* Tile t's place in a ring: its slot (t % S) and which use of that slot it is (t / S); the barriers
- * of that use are waited for with parity use & 1. */
+/* Tile t's place in a ring: its slot (t % S), which use of that slot it is (t / S), and that use's
+ * phase parity, the one its barriers are waited for with. */
 typedef struct {
     uint32_t index; /* the slot: the buffer and its two barriers */
+    uint32_t phase; /* use & 1 */
     uint32_t use;   /* how many times the slot was filled before this tile */
 } hop_ring_state;
 
@@ -47,6 +48,7 @@ template <int S> static __device__ __forceinline__ hop_ring_state hop_ring_at(ui
     static_assert(S > 0 && (S & (S - 1)) == 0, "a ring's slots are a power of two: t % S is a mask");
     hop_ring_state st;
     st.index = t % S;
+    st.phase = (t / S) & 1u;
     st.use = t / S;
     return st;
 }
@@ -56,6 +58,7 @@ template <int S> static __device__ __forceinline__ hop_ring_state hop_ring_at(ui
 template <int S> static __device__ __forceinline__ hop_ring_state hop_ring_last_use(uint32_t index, int n) {
     hop_ring_state st;
     st.index = index;
+    st.phase = (uint32_t)(((n - 1 - (int)index) / S) & 1);
     st.use = (uint32_t)((n - 1 - (int)index) / S);
     return st;
 }
@@ -77,7 +80,7 @@ static __device__ __forceinline__ uint32_t hop_ring_empty(hop_ring_bars b, hop_r
 
 /* Consumer: until the copy into this use of the slot has landed. */
 static __device__ __forceinline__ void hop_ring_wait_full(hop_ring_bars b, hop_ring_state st) {
-    hop_mbar_wait(hop_ring_full(b, st), st.use & 1u);
+    hop_mbar_wait(hop_ring_full(b, st), st.phase);
 }
 /* Producer: until every consumer has released the slot's previous use; use 0 finds it empty. */
 static __device__ __forceinline__ void hop_ring_wait_empty(hop_ring_bars b, hop_ring_state st) {
@@ -85,7 +88,7 @@ static __device__ __forceinline__ void hop_ring_wait_empty(hop_ring_bars b, hop_
 }
 /* Until every consumer has released this use itself (a block that must not leave before: 08's pairs) */
 static __device__ __forceinline__ void hop_ring_wait_released(hop_ring_bars b, hop_ring_state st) {
-    hop_mbar_wait(hop_ring_empty(b, st), st.use & 1u);
+    hop_mbar_wait(hop_ring_empty(b, st), st.phase);
 }
 /* Producer: its one arrival on the full barrier, announcing the bytes the copy engine will count
  * there. hop_load_tile and hop_load_kv_tile (hopper_attn.cuh) make it themselves, given
