@@ -198,9 +198,6 @@ template <int D> static __device__ __forceinline__ void pass_tiles(const smem_la
     }
 }
 
-/* Named barriers 1 and 2 (0 is __syncthreads): one per consumer warpgroup, for staging O */
-static constexpr int STAGING_BAR = 1;
-
 /* A consumer warpgroup's whole row block: the shared tiles (masked ones first, then the plain ones),
  * then this block's own (masked), then O and LSE. */
 template <int BF16, int D, int CAUSAL, int PAIR>
@@ -224,7 +221,7 @@ static __device__ __forceinline__ void consume(const hop_attn_o_params *op, cons
      * tile at + k * Br rows x 128 bytes), which its last S = Q K^T no longer reads. The block exits as
      * soon as the engine has read the staging, without waiting for the global writes. */
     hop_store_o_through_tma<BF16, D, hop_tile_bytes(BR, 64)>(op, sm->q + wg * hop_tile_bytes(64, 64), &r, bh,
-                                                             q0, wg, STAGING_BAR + wg);
+                                                             q0, wg, HOP_BAR_O_STAGING + wg);
     if ((threadIdx.x & 127) == 0) hop_tma_store_wait_read();
 }
 

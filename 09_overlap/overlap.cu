@@ -5,7 +5,7 @@
  * computes exp2 (the special-function unit runs 16 per SM cycle against the tensor cores' 2048
  * multiply-adds per cycle: at D = 64 the exponentials of a tile cost about as long as its two GEMMs)
  * the tensor cores have nothing of its to do. Two schedules hide that work:
- *   1. Ping-pong between the consumer warpgroups (2, or 3 at D = 64). Named barriers (ids 1..W) hand
+ *   1. Ping-pong between the consumer warpgroups (2, or 3 at D = 64). Named barriers (ids 4..3+W) hand
  *      a token round: a warpgroup issues its GEMMs only while it holds the token, then passes it, so
  *      the GEMMs of one run while another does its softmax:
  *          WG 1:  [GEMMs j] softmax j ......... [GEMMs j+1] softmax j+1 ...

@@ -150,8 +150,8 @@ static __device__ __forceinline__ void hop_pipeline_init(hop_ring_bars q, uint32
  * per consumer warpgroup (at most 3: stage 09 at D = 64), so that two uses never meet on one id.
  */
 enum hop_named_barrier {
-    HOP_BAR_PINGPONG = 1,  /* 09: consumer warpgroup wg may issue its GEMMs: ids 1 + wg, 1..3 */
-    HOP_BAR_O_STAGING = 4, /* 08, 09: wg's staging of O is written and read: ids 4 + wg, 4..6 */
+    HOP_BAR_O_STAGING = 1, /* 08, 09: wg's staging of O is written and read: ids 1 + wg, 1..3 */
+    HOP_BAR_PINGPONG = 4,  /* 09: consumer warpgroup wg may issue its GEMMs: ids 4 + wg, 4..6 */
     HOP_BAR_FIRST_FREE = 7 /* the first id no stage takes yet */
 };
 
