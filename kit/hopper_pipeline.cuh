@@ -17,15 +17,17 @@
  *     producer:  wait_empty(t) -> expect_tx + TMA into slot t % S, counted on full
  *     consumer:  wait_full(t)  -> wgmma reads the slot -> release(t), an arrival on empty
  *
- * An mbarrier knows only the parity of its current phase, so a waiter two phases behind would wait
- * for ever; the ring cannot get there: the producer fills use u + 1 only after every consumer has
- * released use u, and each consumer waits for every use in turn.
+ * An mbarrier tells only the parity of its phases, so a waiter two phases behind would take a later
+ * phase for its own; the ring cannot get there: the producer fills use u + 1 only after every
+ * consumer has released use u, and each consumer waits for every use in turn.
  *
  * Where the ring stands is one count, t, carried by the stage's loop (it counts the tiles anyway);
- * hop_ring_at<S>(t) gives the slot and the use together, so the two can never drift apart, and the
- * stage never writes t % S or a parity. Derived from one count rather than stepped as a pair: the
- * machine code is the one the stages had before this header (the same divisions by S, shifts and
- * masks for a power of two), checked SASS against SASS.
+ * hop_ring_at<S>(t) gives the slot, the use and its parity together, so they can never drift apart,
+ * and the stage writes neither t % S nor a parity. Derived from one count rather than stepped as a
+ * pair (CUTLASS's PipelineState steps index and phase): the stages' loops already carry t, and the
+ * machine code stays the one they had (a shift and two masks for a power of two): stages 07 and 08
+ * compile to the same SASS as with their hand-written arithmetic. A backward stage walking query
+ * tiles does the same with its own count.
  *
  * A one-slot ring (S = 1) is a tile loaded once per work item, the Q tile: slot 0, use = the item.
  */
@@ -37,7 +39,9 @@
 #include "hopper.cuh"
 
 /* Tile t's place in a ring: its slot (t % S), which use of that slot it is (t / S), and that use's
- * phase parity, the one its barriers are waited for with. */
+ * phase parity, the one its barriers are waited for with. The parity is computed here, where the
+ * state is made, not at each wait: 08 computed its parity once a tile, before its K and V waits, and
+ * keeps its SASS so (09 computed it at each wait: its consumers' integer ops move, see its commit). */
 typedef struct {
     uint32_t index; /* the slot: the buffer and its two barriers */
     uint32_t phase; /* use & 1 */
