@@ -44,6 +44,7 @@
 #include "06_fa2_full/fa2_layout.h"
 #include "06_fa2_full/fa2_ptx.cuh"
 #include "backward_fa2.h"
+#include "backward_prep.cuh"
 #include "cuda_check.h"
 
 #define BWD_WARPS 8
@@ -391,58 +392,17 @@ __global__ void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_params pr
     bwd_store_dkdv<D, DTYPE>(&prm, dk, dv, bh, key0 + 16 * warp, lane);
 }
 
-/* ---- before and after: D_i = dO_i . O_i, and dQ to 16 bits ------------------------------------ */
-
-/* One warp per row: D_i in fp32 from the 16-bit dO and O (two elements per lane per step). */
-template <int D, int DTYPE>
-__global__ void bwd_preprocess(const bwd_params prm) {
-    const int64_t rows = prm.bh_count * prm.N;
-    const int lane = (int)threadIdx.x % 32;
-    for (int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-         row += (int64_t)gridDim.x * (blockDim.x / 32)) {
-        float sum = 0.0f;
-        for (int d = 2 * lane; d < D; d += 64) {
-            const uint32_t g = *reinterpret_cast<const uint32_t *>(prm.d_o + row * D + d);
-            const uint32_t o = *reinterpret_cast<const uint32_t *>(prm.o + row * D + d);
-            float2 gf, of;
-            if (DTYPE == FA2_BF16) {
-                gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&g));
-                of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&o));
-            } else {
-                gf = __half22float2(*reinterpret_cast<const __half2 *>(&g));
-                of = __half22float2(*reinterpret_cast<const __half2 *>(&o));
-            }
-            sum = fmaf(gf.x, of.x, fmaf(gf.y, of.y, sum));
-        }
-        for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        if (lane == 0) prm.delta[row] = sum;
-    }
-}
-
-/* dQ = scale * the accumulator, rounded to 16 bits, two elements per thread per step. */
-template <int DTYPE>
-__global__ void bwd_convert_dq(const bwd_params prm, int64_t pairs) {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < pairs; e += (int64_t)gridDim.x * blockDim.x) {
-        const float2 x = reinterpret_cast<const float2 *>(prm.dq_acc)[e];
-        reinterpret_cast<uint32_t *>(prm.dq)[e] = pack_16x2<DTYPE>(x.x * prm.scale, x.y * prm.scale);
-    }
-}
-
 /* ---- host side ----------------------------------------------------------------------------------- */
 
 typedef void (*bwd_main_fn)(bwd_params);
-typedef void (*bwd_side_fn)(bwd_params);
-typedef void (*bwd_convert_fn)(bwd_params, int64_t);
 
 typedef struct {
     bwd_main_fn main;
-    bwd_side_fn pre;
-    bwd_convert_fn convert;
     size_t smem;
 } bwd_kernels;
 
 template <int D, int DTYPE, int DET> static bwd_kernels bwd_kernels_for(void) {
-    return bwd_kernels{bwd_kernel<D, DTYPE, DET>, bwd_preprocess<D, DTYPE>, bwd_convert_dq<DTYPE>, (size_t)BWD_SMEM_BYTES(D)};
+    return bwd_kernels{bwd_kernel<D, DTYPE, DET>, (size_t)BWD_SMEM_BYTES(D)};
 }
 
 template <int DTYPE, int DET> static int bwd_pick_d(int64_t D, bwd_kernels *k) {
@@ -453,11 +413,6 @@ template <int DTYPE, int DET> static int bwd_pick_d(int64_t D, bwd_kernels *k) {
     case 128: *k = bwd_kernels_for<128, DTYPE, DET>(); return 1;
     }
     return 0;
-}
-
-static unsigned bwd_grid_1d(int64_t work, int per_block) {
-    const int64_t b = (work + per_block - 1) / per_block;
-    return (unsigned)(b < 65535 * 64 ? (b > 0 ? b : 1) : 65535 * 64);
 }
 
 static attn_status bwd_run(const char *id, int det, const attn_problem *p, const attn_args *a) {
@@ -482,10 +437,8 @@ static attn_status bwd_run(const char *id, int det, const attn_problem *p, const
     prm.Tc = (prm.N + BWD_BC - 1) / BWD_BC;
     prm.causal = p->causal != 0;
     prm.scale = p->scale;
-    const int64_t rows = prm.bh_count * prm.N, elems = rows * p->D;
-    prm.dq_acc = (float *)a->workspace;
-    prm.delta = prm.dq_acc + elems;
-    prm.order = (int *)(prm.delta + rows);
+    const bwd_workspace ws = bwd_workspace_split(a->workspace, p);
+    prm.dq_acc = ws.dq_acc, prm.delta = ws.delta, prm.order = ws.order;
     cudaStream_t stream = (cudaStream_t)a->stream;
 
     int dev = 0, smem_max = 0;
@@ -496,11 +449,10 @@ static attn_status bwd_run(const char *id, int det, const attn_problem *p, const
                          "allows %d KB", id, (long long)p->D, k.smem / 1024, smem_max / 1024);
     ATTN_CUDA(cudaFuncSetAttribute((const void *)k.main, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem));
 
-    /* zero the accumulator (and 13d's counters), then D_i, the main loop, dQ to 16 bits */
-    ATTN_CUDA(cudaMemsetAsync(prm.dq_acc, 0, (size_t)elems * sizeof(float), stream));
-    if (det) ATTN_CUDA(cudaMemsetAsync(prm.order, 0, (size_t)(prm.bh_count * prm.Tr) * sizeof(int), stream));
-    k.pre<<<bwd_grid_1d(rows, 8), 256, 0, stream>>>(prm);
-    ATTN_CUDA_LAUNCHED("stage 13 D_i kernel");
+    /* zero the accumulator (and 13d's counters), then D_i, the main loop, dQ to 16 bits (the first and
+     * last: kit/backward_prep.cuh) */
+    attn_status st = bwd_prepare(id, p, a, ws, BWD_BR, det, stream);
+    if (st != ATTN_OK) return st;
     const int64_t blocks = prm.bh_count * prm.Tc;
     int64_t gx = blocks, gy = 1;
     if (gx > 2147483647) {
@@ -510,9 +462,7 @@ static attn_status bwd_run(const char *id, int det, const attn_problem *p, const
     }
     k.main<<<dim3((unsigned)gx, (unsigned)gy, 1), BWD_THREADS, k.smem, stream>>>(prm);
     ATTN_CUDA_LAUNCHED("stage 13 main kernel");
-    k.convert<<<bwd_grid_1d(elems / 2, 256), 256, 0, stream>>>(prm, elems / 2);
-    ATTN_CUDA_LAUNCHED("stage 13 dQ kernel");
-    return ATTN_OK;
+    return bwd_finish(id, p, a, ws, stream);
 }
 
 extern "C" attn_status stage13_run(const attn_problem *p, const attn_args *a) { return bwd_run("13", 0, p, a); }

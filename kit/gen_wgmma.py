@@ -1,5 +1,8 @@
 # Generates kit/wgmma_ops.cuh (the operand lists of the wgmma instructions the Hopper stages use)
 NS = [64, 80, 96, 128, 176, 192, 256]
+# Both operands MN-major (the backward's dQ = dS K, stage 14: dS^T and K stored with the product's K dimension,
+# keys, as their rows): the head dims the backward takes
+MN_NS = [64, 128]
 out = []
 w = out.append
 w("""/*
@@ -14,6 +17,9 @@ w("""/*
  *   hop_wgmma_rs_N<BF16>(d, a, desc_b)
  *       D[64 x N] += A[64 x 16] * B[16 x N], A from registers (4 x 32-bit per thread: P), B in shared
  *       memory MN-major (rows of V, read transposed: imm-tnsp-b = 1).
+ *   hop_wgmma_ss_mn_N<BF16>(d, desc_a, desc_b, accumulate)
+ *       D[64 x N] (+)= A[64 x 16] * B[16 x N], both in shared memory MN-major (imm-tnsp-a = imm-tnsp-b =
+ *       1): A's rows are its K dimension, 64 M elements each (stage 14's dS^T: a row per key), B's as V's.
  * d[4c + 2h + e] of thread (warp w, lane 4g + t) is row 16w + g + 8h, column 8c + 2t + e.
  * Issue between hop_wgmma_fence() and hop_wgmma_commit(); the results are valid after
  * hop_wgmma_wait<n>() has retired this group.
@@ -55,6 +61,18 @@ for n in NS:
           "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b));"
           % (cond, n, ty, ty, acc_list(n), r, r + 1, r + 2, r + 3, r + 4, acc_cons(n)))
     w("}\n")
+for n in MN_NS:
+    r = n // 2
+    w("template <int BF16>\nstatic __device__ __forceinline__ void hop_wgmma_ss_mn_%d(float (&d)[%d], uint64_t desc_a, uint64_t desc_b, int accumulate) {" % (n, r))
+    for bf, ty in ((0, "f16"), (1, "bf16")):
+        cond = "if (%sBF16)" % ("" if bf else "!")
+        w("    %s\n        asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n"
+          "                     \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s \"\n"
+          "                     \"%s, %%%d, %%%d, p, 1, 1, 1, 1;\\n}\\n\"\n"
+          "                     : %s\n"
+          "                     : \"l\"(desc_a), \"l\"(desc_b), \"r\"(accumulate));"
+          % (cond, r + 2, n, ty, ty, acc_list(n), r, r + 1, acc_cons(n)))
+    w("}\n")
 w("/* One name for every width: N is a template argument (the tile's key count or head dim). */")
 for kind, args, call in (("ss", "float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate", "(d, desc_a, desc_b, accumulate)"),
                          ("rs", "float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b", "(d, a, desc_b)")):
@@ -65,5 +83,10 @@ for kind, args, call in (("ss", "float (&d)[N / 2], uint64_t desc_a, uint64_t de
     for i, n in enumerate(NS):
         w("    %sif constexpr (N == %d) hop_wgmma_%s_%d%s%s;" % ("" if i == 0 else "else ", n, kind, n, targs, call))
     w("}\n")
+w("template <int BF16, int N>\nstatic __device__ __forceinline__ void hop_wgmma_ss_mn(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {")
+w('    static_assert(%s, "no wrapper for this width");' % " || ".join("N == %d" % n for n in MN_NS))
+for i, n in enumerate(MN_NS):
+    w("    %sif constexpr (N == %d) hop_wgmma_ss_mn_%d<BF16>(d, desc_a, desc_b, accumulate);" % ("" if i == 0 else "else ", n, n))
+w("}\n")
 w("// clang-format on\n#endif")
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "wgmma_ops.cuh"), "w").write("\n".join(out) + "\n")

@@ -1,5 +1,5 @@
 /*
- * hopper.cuh: the Hopper (sm_90a) pieces that stages 07-09 share: the mbarrier, the bulk tensor
+ * hopper.cuh: the Hopper (sm_90a) pieces that stages 07-09 and 14 share: the mbarrier, the bulk tensor
  * copy (TMA), the warpgroup matrix multiply (wgmma) and its shared-memory descriptors, named
  * barriers and setmaxnreg. Thin PTX wrappers, one instruction each, named after what they do; the
  * stages read like the algorithm and this file says what the hardware does. Device code only; the
@@ -76,6 +76,16 @@ static __device__ __forceinline__ void hop_tma_store_3d(const void *tensor_map, 
                                                         int row, int head) {
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
                      (uint64_t)(uintptr_t)tensor_map),
+                 "r"(src), "r"(col), "r"(row), "r"(head)
+                 : "memory");
+}
+/* The same direction, but the engine adds the box into global memory instead of writing it (an atomic
+ * add per element at L2, in the map's type: the backward's fp32 dQ accumulator, stage 14); rows past the
+ * tensor's end are skipped. Committed and waited for as the stores are (bulk groups). */
+static __device__ __forceinline__ void hop_tma_reduce_add_3d(const void *tensor_map, uint32_t src, int col,
+                                                             int row, int head) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+                 " [%0, {%2, %3, %4}], [%1];\n" ::"l"((uint64_t)(uintptr_t)tensor_map),
                  "r"(src), "r"(col), "r"(row), "r"(head)
                  : "memory");
 }

@@ -35,8 +35,9 @@ static void look_up_encode(void) {
     }
 }
 
-attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d,
-                           int box_rows) {
+/* A [bh, n, d] tensor of `elem` bytes an element, boxes of box_cols x box_rows x 1, 128-byte swizzle. */
+static attn_status encode_3d(CUtensorMap *map, CUtensorMapDataType type, int elem, const void *base,
+                             int64_t bh, int64_t n, int64_t d, int box_cols, int box_rows) {
     pthread_once(&encode_once, look_up_encode);
     if (!encode_tiled)
         return attn_fail(ATTN_ENODEV,
@@ -44,18 +45,28 @@ attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64
                          encode_lookup_why);
     /* dims innermost first: columns, rows of a head, heads; strides in bytes for dims 1 and 2 */
     const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)n, (cuuint64_t)bh};
-    const cuuint64_t strides[2] = {(cuuint64_t)d * 2, (cuuint64_t)(n * d * 2)};
-    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint64_t strides[2] = {(cuuint64_t)d * elem, (cuuint64_t)(n * d * elem)};
+    const cuuint32_t box[3] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows, 1};
     const cuuint32_t unit[3] = {1, 1, 1};
-    CUresult r = encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, (void *)base, dims, strides, box, unit,
+    CUresult r = encode_tiled(map, type, 3, (void *)base, dims, strides, box, unit,
                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return attn_fail(ATTN_EINVAL,
-                         "cuTensorMapEncodeTiled refused a [%lld, %lld, %lld] tensor with a 64 x %d "
+                         "cuTensorMapEncodeTiled refused a [%lld, %lld, %lld] tensor with a %d x %d "
                          "box (CUresult %d)",
-                         (long long)bh, (long long)n, (long long)d, box_rows, (int)r);
+                         (long long)bh, (long long)n, (long long)d, box_cols, box_rows, (int)r);
     return ATTN_OK;
+}
+
+attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d,
+                           int box_rows) {
+    return encode_3d(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, bh, n, d, 64, box_rows);
+}
+
+attn_status hop_tensor_map_f32(CUtensorMap *map, const float *base, int64_t bh, int64_t n, int64_t d,
+                               int box_rows) {
+    return encode_3d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, bh, n, d, 32, box_rows);
 }
 
 attn_status hop_check_head_shape(int64_t N, int64_t D) {

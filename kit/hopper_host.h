@@ -74,6 +74,11 @@ attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const att
  * driver refuses the shape (the message names the shape). */
 attn_status hop_tensor_map(CUtensorMap *map, const void *base, int64_t bh, int64_t n, int64_t d,
                            int box_rows);
+/* The same for an fp32 [bh, n, d] tensor (d a multiple of 32), boxes of 32 columns (128 bytes, the
+ * swizzle's width) x box_rows rows: stage 14's dQ accumulator, which the copy engine adds boxes into
+ * (hop_tma_reduce_add_3d). */
+attn_status hop_tensor_map_f32(CUtensorMap *map, const float *base, int64_t bh, int64_t n, int64_t d,
+                               int box_rows);
 
 /* The kernel's shared memory opt-in (> 48 KB), set before each launch. */
 attn_status hop_smem_opt_in(const void *kernel, int smem_bytes, const char *what);

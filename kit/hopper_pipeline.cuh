@@ -154,9 +154,13 @@ static __device__ __forceinline__ void hop_pipeline_init(hop_ring_bars q, uint32
  * per consumer warpgroup (at most 3: stage 09 at D = 64), so that two uses never meet on one id.
  */
 enum hop_named_barrier {
-    HOP_BAR_O_STAGING = 1, /* 08, 09: wg's staging of O is written and read: ids 1 + wg, 1..3 */
-    HOP_BAR_PINGPONG = 4,  /* 09: consumer warpgroup wg may issue its GEMMs: ids 4 + wg, 4..6 */
-    HOP_BAR_FIRST_FREE = 7 /* the first id no stage takes yet */
+    HOP_BAR_O_STAGING = 1,  /* 08, 09: wg's staging of O is written and read: ids 1 + wg, 1..3 */
+    HOP_BAR_PINGPONG = 4,   /* 09: consumer warpgroup wg may issue its GEMMs: ids 4 + wg, 4..6 */
+    HOP_BAR_BWD_DS = 7,     /* 14: both warpgroups' halves of dS^T of query tile t are in shared memory:
+                               ids 7 + t % 2, 7..8 (two buffers) */
+    HOP_BAR_BWD_DQ = 9,     /* 14: wg's staging of dQ is written and read, or its turn in 14d's order:
+                               ids 9 + wg, 9..10 */
+    HOP_BAR_FIRST_FREE = 11 /* the first id no stage takes yet */
 };
 
 #endif
