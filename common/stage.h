@@ -81,8 +81,9 @@ typedef struct {
 #define ATTN_MAX_GPUS 64
 
 typedef struct {
-    const char *id;     /* "01" .. "13"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" and "12m"
-                           for the CPU models of 03 .. 06 and 12; "13d": stage 13's deterministic mode */
+    const char *id;     /* "01" .. "14"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" and "12m"
+                           for the CPU models of 03 .. 06 and 12; "13d", "14d": the deterministic modes
+                           of stages 13 and 14 */
     const char *folder; /* "01_naive_cpu" */
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */

@@ -25,6 +25,7 @@
 #include "11_backward_naive/backward_naive.h"
 #include "12_backward_tiled/backward_tiled.h"
 #include "13_backward_fa2/backward_fa2.h"
+#include "14_backward_hopper/backward_hopper.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -169,6 +170,16 @@ const attn_stage attn_stages[] = {
      SM80_UP, 0, F16_BF16, STAGE13_DIMS_TEXT, stage13_supports_dim, stage13_workspace_bytes,
      "the fp32 dQ accumulator, D and the order counters", GPU_RUN(stage13d_run), ATTN_BACKWARD,
      stage13_bytes, 0, "13_backward_fa2/backward_fa2.cu"},
+    {"14", "14_backward_hopper", "backward_hopper",
+     "backward on Hopper: TMA rings Q, dO to wgmma warpgroups of 64 keys each; dQ added by the copy engine",
+     SM90_ONLY, 0, F16_BF16, STAGE14_DIMS_TEXT, stage14_supports_dim, stage14_workspace_bytes,
+     "the fp32 dQ accumulator and D", GPU_RUN(stage14_run), ATTN_BACKWARD_ATOMIC,
+     stage14_bytes, 0, "14_backward_hopper/backward_hopper.cu"},
+    {"14d", "14_backward_hopper", "backward_hopper_deterministic",
+     "stage 14 with dQ summed over the key tiles in a fixed order: bit-for-bit repeatable",
+     SM90_ONLY, 0, F16_BF16, STAGE14_DIMS_TEXT, stage14_supports_dim, stage14_workspace_bytes,
+     "the fp32 dQ accumulator, D and the order counters", GPU_RUN(stage14d_run), ATTN_BACKWARD,
+     stage14_bytes, 0, "14_backward_hopper/backward_hopper.cu"},
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 

@@ -26,7 +26,7 @@ CHECK_ENV ?= OMP_WAIT_POLICY=passive
 WORKSHOP ?= 1
 
 .PHONY: check check-body test-bin
-$(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h $(TEST_CU_OBJ) $(LIB) $(ATTN)
+$(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h 14_backward_hopper/backward_hopper_layout.h $(TEST_CU_OBJ) $(LIB) $(ATTN)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(TEST_CU_OBJ) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
 
 test-bin: $(TEST_BIN)
