@@ -1,17 +1,23 @@
 /*
- * lib/backward_lib.c: stage 13 as a C library (build/libbackward_fa2.so): backward_fa2_backward() and
- * backward_fa2_workspace_bytes(), with the status codes, words and order of checks of the forward's
- * libraries; the contract is backward_lib.h's. The rules they share live in forward_args.h and
- * stage_lib.c; this file adds only what is the backward's own: ten pointers, the deterministic flag, the
- * workspace, stage 13's shape limits and its device.
+ * lib/backward_lib.c: the backward as a C library (build/libbackward_fa2.so): backward_fa2_backward(),
+ * backward_fa2_workspace_bytes() and backward_fa2_stage(), with the status codes, words and order of
+ * checks of the forward's libraries; the contract is backward_lib.h's. The rules they share live in
+ * forward_args.h and stage_lib.c; this file adds only what is the backward's own: ten pointers, the
+ * deterministic flag, the workspace, stage 13's shape limits and device, and which stage runs: 14 on an
+ * sm_90 GPU where it takes the shape, else 13.
  */
 #ifdef ATTN_HAVE_CUDA
 #include "backward_lib.h"
 
 #include "13_backward_fa2/backward_fa2.h"
+#include "14_backward_hopper/backward_hopper.h"
 #include "device_sm.h"
 #include "forward_args.h"
+#include "hopper_host.h"
 #include "stage_lib.h"
+
+/* One workspace serves both stages: kit/backward_workspace.h's layout, with query tiles of the same rows. */
+_Static_assert(STAGE13_BR == STAGE14_BR, "stages 13 and 14 size the workspace alike");
 
 enum { ARG_Q, ARG_K, ARG_V, ARG_O, ARG_LSE, ARG_DO, ARG_DQ, ARG_DK, ARG_DV, ARG_WORKSPACE, ARGS };
 /* ptr[0 .. FIRST_OUTPUT-1] are read, the rest written */
@@ -91,9 +97,10 @@ static attn_status check_args(const void *const ptr[ARGS], size_t workspace_byte
     return ATTN_OK;
 }
 
-/* Stage 13 is mma.sync on bf16, cp.async and ldmatrix: sm_80 or newer. */
-static attn_status check_device(void) {
+/* Stage 13 is mma.sync on bf16, cp.async and ldmatrix: sm_80 or newer. The device's sm into *sm. */
+static attn_status check_device(int *sm_out) {
     const int sm = attn_device_sm();
+    *sm_out = sm;
     if (sm < 0)
         return attn_fail(ATTN_ECUDA,
                          "device: the CUDA runtime cannot tell the current GPU's compute capability "
@@ -104,6 +111,15 @@ static attn_status check_device(void) {
                          "RTX 30/40, H100, H200): mma.sync on bf16, cp.async, ldmatrix (got sm_%d)",
                          sm);
     return ATTN_OK;
+}
+
+/* Stage 14, the backward written for Hopper (TMA, wgmma, dQ by the copy engine's reduce-add), where it
+ * runs and takes the shape: an sm_90 GPU (its code is sm_90a only), head dim 64 or 128, B*H <= 2^31 (its
+ * tensor maps' head coordinate; its other limits are wider than 13's, checked before). Stage 13 runs
+ * everywhere else. 14 is taken on an H100/H200 by design (issue 55); its speed against 13 is not
+ * measured yet (14_backward_hopper/README.md). */
+static int runs_stage14(int sm, int64_t B, int64_t H, int64_t D) {
+    return sm == 90 && stage14_supports_dim(D) && B >= 1 && H >= 1 && B <= HOP_MAX_HEADS / H;
 }
 
 /* An error an earlier call left pending belongs to its owner (backward_lib.h): named, left, nothing run. */
@@ -123,8 +139,9 @@ int backward_fa2_backward(const void *q, const void *k, const void *v, const voi
     const void *const ptr[ARGS] = {q, k, v, o, lse, d_o, dq, dk, dv, workspace};
     const int64_t size[4] = {B, H, N, D};
     attn_status st = check_args(ptr, workspace_bytes, size, causal, scale, dtype, deterministic);
+    int sm = -1;
     if (st == ATTN_OK) st = attn_lib_device_memory(ptr, arg_name, ARGS);
-    if (st == ATTN_OK) st = check_device();
+    if (st == ATTN_OK) st = check_device(&sm);
     if (st == ATTN_OK) st = check_no_pending_error();
     if (st != ATTN_OK) return attn_lib_status(st);
     attn_problem p = attn_problem_make(B, H, N, D, causal);
@@ -133,9 +150,19 @@ int backward_fa2_backward(const void *q, const void *k, const void *v, const voi
     /* attn_args holds o and lse writable because a forward stage writes them; a backward stage only reads */
     const attn_args a = {q, k,   v,  (void *)o, (float *)lse, workspace, (void *)stream,
                          1, d_o, dq, dk,        dv,           NULL};
-    st = deterministic ? stage13d_run(&p, &a) : stage13_run(&p, &a);
+    if (runs_stage14(sm, B, H, D))
+        st = deterministic ? stage14d_run(&p, &a) : stage14_run(&p, &a);
+    else
+        st = deterministic ? stage13d_run(&p, &a) : stage13_run(&p, &a);
     if (st != ATTN_OK) (void)cudaGetLastError(); /* nothing was pending before: the error is the run's own */
     return attn_lib_status(st);
+}
+
+const char *backward_fa2_stage(int64_t B, int64_t H, int64_t D, int deterministic) {
+    int sm = -1;
+    if (check_device(&sm) != ATTN_OK) return NULL;
+    if (runs_stage14(sm, B, H, D)) return deterministic ? "14d" : "14";
+    return deterministic ? "13d" : "13";
 }
 
 const char *backward_fa2_status_string(int s) { return attn_lib_status_string(s); }

@@ -1,8 +1,10 @@
 /*
- * backward_lib.h: libbackward_fa2, stage 13 (FlashAttention-2's backward on tensor cores) as a C library
+ * backward_lib.h: libbackward_fa2, the suite's backward (FlashAttention-2's Algorithm 2) as a C library
  * (build/libbackward_fa2.so: make build/libbackward_fa2.so, or make shared-libs), for
- * python/flashattn_stages.py and any other caller with a C FFI. Given the forward's O and LSE and
- * dO = dLoss/dO, it writes
+ * python/flashattn_stages.py and any other caller with a C FFI: stage 14 (Hopper: TMA, wgmma) on an
+ * H100 or H200 where it takes the shape, stage 13 (tensor cores, mma.sync) everywhere else and as the
+ * fallback (backward_fa2_stage() below says which). Given the forward's O and LSE and dO = dLoss/dO, it
+ * writes
  *
  *     P_ij = exp(scale q_i . k_j - LSE_i)  (0 where the causal mask hides key j from query i)
  *     D_i  = dO_i . O_i,   dS_ij = P_ij (dO_i . v_j - D_i)
@@ -40,11 +42,16 @@
  * sm_75)"; ATTN_FAKE_SM fakes the answer for tests, kit/device_sm.h); no error that an earlier,
  * unrelated CUDA call left pending in cudaGetLastError() (3, naming it: stage 13 launches with <<<>>>
  * and asks cudaGetLastError(), which would report that error as its own and clear it; it is left for its
- * owner and nothing is queued). Then stage 13 runs, which may still refuse with 2 a GPU whose shared
+ * owner and nothing is queued). Then the stage runs (below); 13 may still refuse with 2 a GPU whose shared
  * memory per block is smaller than the kernel's (146 KB at D = 96 and 128, 82 KB at D = 64: the sm_86,
  * sm_89 and sm_120 GPUs allow 99 KB).
- * deterministic = 1 runs 13d: dQ summed over the key tiles in a fixed order, bit-for-bit the same on every
- * run; 0 runs 13, whose atomic adds make dQ differ from run to run in its last bits.
+ * Which stage runs: stage 14 on an sm_90 GPU (H100, H200) at D = 64 and 128 (and B*H <= 2^31), stage 13
+ * otherwise (sm_80 and newer but sm_90; D = 32 and 96 on sm_90). 14's speed against 13 is not measured
+ * yet (14_backward_hopper/README.md): it was written without a GPU. The workspace and every rule above
+ * are the same for both.
+ * deterministic = 1 runs 13d (14d): dQ summed over the key tiles in a fixed order, bit-for-bit the same
+ * on every run; 0 runs 13 (14), whose atomic adds (the copy engine's reduce-add in 14) make dQ differ
+ * from run to run in its last bits.
  *
  * Launches on `stream` (a stream of the current device, or 0) and returns without synchronising; a fault
  * inside the kernels shows at the caller's next synchronisation. A refusal decided before the launches
@@ -73,6 +80,13 @@ int backward_fa2_backward(const void *q, const void *k, const void *v, const voi
  * NULL, B*H*N*D past 64 bits) or 2 (what stage 13 does not take: a head dim, N, B*H), with the reason
  * in backward_fa2_last_error(). No CUDA call. */
 int backward_fa2_workspace_bytes(int64_t B, int64_t H, int64_t N, int64_t D, size_t *bytes);
+
+/* The stage backward_fa2_backward runs for B*H heads of head dim D on the current device, as the suite
+ * names it (build/attn --stage ID): "14" ("14d" when deterministic) on an sm_90 GPU at D = 64 or 128 and
+ * B*H <= 2^31, else "13" ("13d"). NULL where backward_fa2_backward would refuse the device (3 when the
+ * runtime cannot answer, 2 below sm_80; ATTN_FAKE_SM fakes the answer), with the reason in
+ * backward_fa2_last_error(). Nothing else is checked: a shape the backward refuses still gets an answer. */
+const char *backward_fa2_stage(int64_t B, int64_t H, int64_t D, int deterministic);
 
 /* "ok", "invalid argument", "unsupported", "CUDA error", or "unknown status". */
 const char *backward_fa2_status_string(int s);

@@ -2,7 +2,8 @@
 # any other language with a C FFI. Included by the root Makefile after the stages' own fragments.
 #
 #   make build/libfa2.so   stage 06 (fa2_forward, fa2_status_string, fa2_last_error; see lib/fa2.h)
-#   make build/libbackward_fa2.so   stage 13, the backward (backward_fa2_backward; lib/backward_lib.h)
+#   make build/libbackward_fa2.so   the backward: stage 14 on sm_90, else 13 (backward_fa2_backward;
+#                          lib/backward_lib.h)
 #   make shared-libs       every library listed below
 #   make check-python      the libraries, then pytest on python/ (the module, its backward and autograd
 #                          function, and the Triton kernel against float64 references; GPU tests skip,
@@ -16,7 +17,7 @@
 # the suite's attn_* and hop_* helpers), and the link fails if anything else is exported.
 # One line per stage: $(eval $(call shared_lib,NAME,OBJECTS)) makes $(BUILD)/libNAME.so; a library whose
 # API is not NAME_forward names its functions after NAME_ in a third argument (the backward's:
-# "backward workspace_bytes" below), NAME_status_string and NAME_last_error always.
+# "backward workspace_bytes stage" below), NAME_status_string and NAME_last_error always.
 
 SHARED_LIBS :=
 
@@ -43,11 +44,14 @@ HOPPER_LIB_OBJS := $(addprefix $(BUILD)/obj/,kit/hopper_host.o lib/stage_lib.o c
 $(eval $(call shared_lib,tma_wgmma,$(BUILD)/obj/07_tma_wgmma/tma_wgmma.cu.o $(BUILD)/obj/lib/tma_wgmma_lib.o $(HOPPER_LIB_OBJS)))
 $(eval $(call shared_lib,warp_specialized,$(BUILD)/obj/08_warp_specialized/warp_specialized.cu.o $(BUILD)/obj/lib/warp_specialized_lib.o $(HOPPER_LIB_OBJS)))
 $(eval $(call shared_lib,overlap,$(BUILD)/obj/09_overlap/overlap.cu.o $(BUILD)/obj/lib/overlap_lib.o $(HOPPER_LIB_OBJS)))
-# Stage 13, the backward (sm_80 or newer): backward_fa2_backward and backward_fa2_workspace_bytes
-# (lib/backward_lib.h), the kernels, the workspace's size and the checks stage_lib.c shares.
+# The backward: stage 14 on sm_90 (H100, H200) at D = 64 and 128, stage 13 (sm_80 or newer) everywhere
+# else. backward_fa2_backward, backward_fa2_workspace_bytes and backward_fa2_stage (lib/backward_lib.h),
+# both stages' kernels and workspace sizes, the Hopper host code 14 needs (tensor maps, launch) and the
+# checks stage_lib.c shares.
 BACKWARD_LIB_OBJS := $(addprefix $(BUILD)/obj/,13_backward_fa2/backward_fa2.cu.o 13_backward_fa2/workspace.o \
-                       lib/backward_lib.o lib/stage_lib.o common/attn.o)
-$(eval $(call shared_lib,backward_fa2,$(BACKWARD_LIB_OBJS),backward workspace_bytes))
+                       14_backward_hopper/backward_hopper.cu.o 14_backward_hopper/workspace.o \
+                       kit/hopper_host.o lib/backward_lib.o lib/stage_lib.o common/attn.o)
+$(eval $(call shared_lib,backward_fa2,$(BACKWARD_LIB_OBJS),backward workspace_bytes stage))
 
 else
 
