@@ -8,9 +8,10 @@
 
 O = softmax(scale * Q K^T [+ causal mask]) V and LSE, the natural-log log-sum-exp of each query row's
 scaled scores (float32 [B, H, N]), as every stage of the suite defines them; backward() turns O, LSE
-and dO = dLoss/dO into dQ, dK and dV (stage 13, FlashAttention-2's Algorithm 2 on tensor cores).
-attention() is both as one torch.autograd.Function: the fastest forward stage the GPU runs
-(attention_stages()), then stage 13 (13d with deterministic=True). The work is queued on the current
+and dO = dLoss/dO into dQ, dK and dV (FlashAttention-2's Algorithm 2: stage 14 on an H100 or H200 at
+D = 64 and 128, stage 13 on tensor cores everywhere else). attention() is both as one
+torch.autograd.Function: the fastest forward and backward stages the GPU runs (attention_stages()),
+the backward's deterministic mode (13d, 14d) with deterministic=True. The work is queued on the current
 CUDA stream (torch.cuda.current_stream()) and not waited for, like any PyTorch kernel.
 
 No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk),
@@ -45,12 +46,16 @@ STAGES = {
     "09": ("liboverlap.so", "overlap", (64, 128, 256), "sm_90 (H100, H200) only"),
 }
 
-# The backward, stage 13 (lib/backward_lib.h, 13_backward_fa2/backward_fa2.h, suite/registry.c): one
-# library for both of its modes, 13 (dQ summed by atomic adds) and 13d (in a fixed order: bitwise
-# repeatable), which backward(deterministic=...) picks. Same fields as STAGES.
+# The backward (lib/backward_lib.h; 13_backward_fa2/backward_fa2.h, 14_backward_hopper/backward_hopper.h,
+# suite/registry.c): one library, which runs stage 14 on an sm_90 GPU at D = 64 and 128 and stage 13
+# everywhere else (backward_fa2_stage says which), each in two modes: dQ summed by atomic adds (13, 14)
+# or in a fixed order (13d, 14d: bitwise repeatable), which backward(deterministic=...) picks. The
+# library takes what 13 takes; 14's head dims are a subset. Same fields as STAGES.
 BACKWARD_STAGES = {
     "13": ("libbackward_fa2.so", "backward_fa2", (32, 64, 96, 128), "sm_80 or newer"),
     "13d": ("libbackward_fa2.so", "backward_fa2", (32, 64, 96, 128), "sm_80 or newer"),
+    "14": ("libbackward_fa2.so", "backward_fa2", (64, 128), "sm_90 (H100, H200) only"),
+    "14d": ("libbackward_fa2.so", "backward_fa2", (64, 128), "sm_90 (H100, H200) only"),
 }
 
 _DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
@@ -71,7 +76,8 @@ def _check_stage(stage):
 
 
 def library_path(stage="06"):
-    """Where the shared library of `stage` (a forward stage, or "13" / "13d") is expected."""
+    """Where the shared library of `stage` (a forward stage, or a backward one: "13", "13d", "14", "14d")
+    is expected."""
     if isinstance(stage, str) and stage in BACKWARD_STAGES:
         name = BACKWARD_STAGES[stage][0]
     else:
@@ -111,7 +117,8 @@ def _load(stage):
 
 
 def _load_backward():
-    """backward_fa2_backward and backward_fa2_workspace_bytes (lib/backward_lib.h), typed."""
+    """backward_fa2_backward, backward_fa2_workspace_bytes and backward_fa2_stage (lib/backward_lib.h),
+    typed."""
     if "13" in _libs:
         return _libs["13"]
     lib, status, last, prefix = _open("13")
@@ -122,7 +129,10 @@ def _load_backward():
     size = getattr(lib, prefix + "_workspace_bytes")
     size.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
     size.restype = ctypes.c_int
-    _libs["13"] = (bwd, size, status, last, prefix)
+    which = getattr(lib, prefix + "_stage")
+    which.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int]
+    which.restype = ctypes.c_char_p
+    _libs["13"] = (bwd, size, which, status, last, prefix)
     return _libs["13"]
 
 
@@ -367,10 +377,12 @@ def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None
     return o, lse
 
 
-def _refusal(st, status, last, who, aq):
-    """The exception for a library's status st: ValueError for 1 and 2, RuntimeError for 3."""
+def _refusal(st, status, last, who, aq, detail=None):
+    """The exception for a library's status st: ValueError for 1 and 2, RuntimeError for 3. detail: the
+    library's reason when read already (else last() is asked)."""
     why = status(st).decode()
-    detail = last().decode() if last is not None else ""
+    if detail is None:
+        detail = last().decode() if last is not None else ""
     return _STATUS.get(st, RuntimeError)("%s refused q of shape %s, %s: %s%s" % (
         who, list(aq.shape), aq.dtype, why, ": " + detail if detail else ""))
 
@@ -405,11 +417,12 @@ def _check_backward(q, k, v, o, lse, do, causal, scale, deterministic, out, work
 def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, out=None, workspace=None,
              stream=None):
     """dQ, dK and dV of attention over q, k, v, given the forward's o and lse (any forward stage's, run
-    with the same causal and scale) and do = dLoss/dO: stage 13, FlashAttention-2's Algorithm 2 on
-    tensor cores (lib/backward_lib.h). q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one
-    CUDA device, D one of BACKWARD_STAGES' head dims (32, 64, 96, 128); lse float32 [B, H, N].
-    causal and scale as for forward(). deterministic: False or 0, dQ summed by atomic adds (its last
-    bits change from run to run); True or 1, stage 13d, in a fixed order (bitwise repeatable).
+    with the same causal and scale) and do = dLoss/dO: FlashAttention-2's Algorithm 2, stage 14 on an
+    H100 or H200 at D = 64 and 128, else stage 13 on tensor cores (lib/backward_lib.h; 14's speed is
+    not measured yet). q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one CUDA device, D
+    one of stage 13's head dims (32, 64, 96, 128); lse float32 [B, H, N]. causal and scale as for
+    forward(). deterministic: False or 0, dQ summed by atomic adds (its last bits change from run to
+    run); True or 1, stage 13d (14d), in a fixed order (bitwise repeatable).
     out=(dq, dk, dv): write there instead of new tensors. workspace: an array of at least
     backward_fa2_workspace_bytes(B, H, N, D) bytes (4 (D + 1) per row and a little), contiguous and
     16-byte aligned, whose contents do not matter; by default a new torch uint8 tensor, freed when the
@@ -419,7 +432,7 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
                                                   workspace)
     stream = _stream(stream)   # before the library is loaded and anything allocated
     B, H, N, D = a[0].shape
-    bwd, size, status, last, prefix = _load_backward()
+    bwd, size, which, status, last, prefix = _load_backward()
     torch = None
     if a[0].torch is not None:
         import torch
@@ -445,7 +458,10 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
     else:
         st = bwd(*args)
     if st != 0:
-        raise _refusal(st, status, last, "%s_backward (stage %s)" % (prefix, stage), a[0])
+        detail = last().decode() if last is not None else ""   # first: backward_fa2_stage may set another
+        ran = which(B, H, D, int(stage == "13d")) if which is not None else None
+        stage = ran.decode() if ran else stage   # the stage the library runs on this device
+        raise _refusal(st, status, last, "%s_backward (stage %s)" % (prefix, stage), a[0], detail)
     return dq, dk, dv
 
 
@@ -453,16 +469,20 @@ def attention_stages(capability, D, deterministic=False):
     """(forward stage, backward stage) that attention() runs at head dim D on a GPU of compute capability
     `capability` ((major, minor): (9, 0) for an H100 or H200). The forward is the fastest stage the GPU
     runs at D: 09 on sm_90 where it takes D (64, 128, 256), else 06 (sm_80 and newer). The backward is
-    stage 13, or 13d when deterministic."""
-    fwd = "09" if tuple(capability) == (9, 0) and D in STAGES["09"][2] else "06"
-    return fwd, "13d" if _flag(deterministic, "deterministic") else "13"
+    the library's choice (lib/backward_lib.h, backward_fa2_stage): 14 on sm_90 where it takes D (64,
+    128; and B*H <= 2^31), else 13; 14d and 13d when deterministic."""
+    det = "d" if _flag(deterministic, "deterministic") else ""
+    hopper = tuple(capability) == (9, 0)
+    fwd = "09" if hopper and D in STAGES["09"][2] else "06"
+    return fwd, ("14" if hopper and D in BACKWARD_STAGES["14"][2] else "13") + det
 
 
 def attention(q, k, v, causal=False, scale=None, deterministic=False):
     """softmax(scale * q k^T [+ causal mask]) v as a differentiable PyTorch operation: q, k, v torch
     CUDA tensors [B, H, N, D] of one 16-bit dtype (made contiguous here, so views are fine). The
-    forward runs attention_stages()'s forward stage and keeps O and the LSE for the backward, stage 13
-    (13d when deterministic: bitwise repeatable gradients). causal and scale as for forward().
+    forward runs attention_stages()'s forward stage and keeps O and the LSE for the backward,
+    attention_stages()'s backward stage: 14 on an H100 or H200 at D = 64 and 128, else 13 (14d, 13d
+    when deterministic: bitwise repeatable gradients). causal and scale as for forward().
     Where q, k or v requires grad, D must be one the backward takes (32, 64, 96, 128): another D is
     refused before the forward runs, not when .backward() is called. Returns o."""
     import torch

@@ -5,7 +5,8 @@ builds the libraries and runs these.
 Without torch or a GPU: every refusal that backward() decides in Python (fake __cuda_array_interface__
 arrays: the checks run before the library is loaded), what it passes the C function, and
 attention_stages()'s table; where build/libbackward_fa2.so exists, the C library's own refusals, the
-size of its workspace and its exports, through ctypes. attention()'s refusals need torch, not a GPU.
+size of its workspace, its exports and which stage it runs on which GPU (ATTN_FAKE_SM), through
+ctypes. attention()'s refusals need torch, not a GPU.
 
 With torch and a CUDA GPU (skipped, saying why, without them):
   - the gradients of backward() (outputs poisoned with NaN first) and of attention() against torch's
@@ -66,7 +67,7 @@ class BackwardCalls:
 
     def load(self):
         self.loads += 1
-        return self.backward, None, None, None, "backward_fa2"
+        return self.backward, None, None, None, None, "backward_fa2"
 
     def backward(self, *args):
         self.calls.append(args)  # 10 pointers, workspace_bytes, B, H, N, D, causal, scale, dtype, det, stream
@@ -198,15 +199,40 @@ def test_backward_head_dims_agree_with_the_registry():
 
 def test_attention_stages():
     """09 on sm_90 where it takes D, else 06 (every sm_80+ GPU, sm_100 and sm_120 included: 09 is sm_90a
-    code); the backward 13, or 13d. The forward picked always takes D where stage 06 does."""
+    code); the backward 14 on sm_90 at D = 64 and 128 (sm_90a code too), else 13; 14d, 13d when
+    deterministic. The forward picked always takes D where stage 06 does."""
     for cap in ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)):
         for D in (32, 64, 96, 128, 256):
             fwd, bwd = fa.attention_stages(cap, D)
             assert fwd == ("09" if cap == (9, 0) and D in (64, 128, 256) else "06"), (cap, D, fwd)
-            assert D in fa.STAGES[fwd][2] and bwd == "13"
-            assert fa.attention_stages(cap, D, deterministic=True)[1] == "13d"
+            want = "14" if cap == (9, 0) and D in (64, 128) else "13"
+            assert D in fa.STAGES[fwd][2] and bwd == want, (cap, D, bwd)
+            assert fa.attention_stages(cap, D, deterministic=True)[1] == want + "d"
     with pytest.raises(ValueError, match="deterministic must be"):
         fa.attention_stages((9, 0), 64, deterministic="yes")
+
+
+def test_backward_refusal_names_the_stage_the_library_runs(monkeypatch):
+    """A refusal names the stage backward_fa2_stage says the library runs on this device, with the reason
+    the failing call left, read before backward_fa2_stage is asked (which may leave one of its own)."""
+    asked = []
+
+    def last():
+        asked.append("last_error")
+        return b"dq and q: an output must not share memory with an input or with another output"
+
+    def which(B, H, D, deterministic):
+        asked.append(("stage", B, H, D, deterministic))
+        return b"14d" if deterministic else b"14"
+
+    lib = (lambda *args: 1, None, which, lambda st: b"invalid argument", last, "backward_fa2")
+    monkeypatch.setattr(fa, "_load_backward", lambda: lib)
+    with pytest.raises(ValueError) as e:
+        call_backward(fake_call(), deterministic=True)
+    assert str(e.value) == ("backward_fa2_backward (stage 14d) refused q of shape [2, 3, 17, 64], fp16: "
+                            "invalid argument: dq and q: an output must not share memory with an input or "
+                            "with another output")
+    assert asked == ["last_error", ("stage", 2, 3, 64, 1)]
 
 
 # ---- the C library through ctypes, without a GPU -----------------------------------------------
@@ -222,6 +248,8 @@ def c_library():
     lib.backward_fa2_workspace_bytes.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
     lib.backward_fa2_last_error.restype = ctypes.c_char_p
     lib.backward_fa2_status_string.restype = ctypes.c_char_p
+    lib.backward_fa2_stage.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int]
+    lib.backward_fa2_stage.restype = ctypes.c_char_p
     return lib
 
 
@@ -335,9 +363,32 @@ def test_c_exports_the_api_alone():
     lib = c_library()
     for s, words in enumerate(("ok", "invalid argument", "unsupported", "CUDA error", "unknown status")):
         assert lib.backward_fa2_status_string(s).decode() == words
-    for hidden in ("stage13_run", "stage13d_run", "attn_lib_forward", "attn_fail", "cudaMalloc"):
+    for hidden in ("stage13_run", "stage13d_run", "stage14_run", "stage14d_run", "attn_lib_forward",
+                   "attn_fail", "cudaMalloc"):
         with pytest.raises(AttributeError):
             getattr(lib, hidden)
+
+
+def test_c_stage_follows_the_device(monkeypatch):
+    """backward_fa2_stage: 14 (14d) on sm_90 at D = 64 and 128 with B*H <= 2^31, else 13 (13d), as
+    attention_stages() says for the same GPU; NULL and the device refusal below sm_80. The device is faked
+    (ATTN_FAKE_SM, kit/device_sm.h), so this runs without a GPU."""
+    lib = c_library()
+    for sm in (80, 86, 89, 90, 100, 120):
+        monkeypatch.setenv("ATTN_FAKE_SM", str(sm))
+        for D in (32, 64, 96, 128):
+            for det in (0, 1):
+                got = lib.backward_fa2_stage(4, 32, D, det).decode()
+                want = fa.attention_stages((sm // 10, sm % 10), D, deterministic=det)[1]
+                assert got == want, (sm, D, det, got, want)
+    monkeypatch.setenv("ATTN_FAKE_SM", "90")
+    assert lib.backward_fa2_stage(1 << 16, 1 << 15, 64, 0) == b"14"            # B*H = 2^31
+    assert lib.backward_fa2_stage((1 << 16) + 1, 1 << 15, 64, 0) == b"13"      # past 14's head coordinate
+    assert lib.backward_fa2_stage(1 << 62, 1 << 62, 128, 1) == b"13d"          # B*H past 64 bits: no overflow
+    monkeypatch.setenv("ATTN_FAKE_SM", "75")
+    assert lib.backward_fa2_stage(4, 32, 64, 0) is None
+    why = lib.backward_fa2_last_error().decode()
+    assert "device: the backward (stage 13) needs an sm_80 or newer GPU" in why, why
 
 
 # ---- attention(): refusals that need torch but no GPU ------------------------------------------
