@@ -4,7 +4,7 @@
 #                              with a GPU; they also time the C libraries through python/), then
 #                              build/attn-bench over every registered stage: B=4 H=32 D=64,128
 #                              N=512..16384, causal and not (no GPU: the CPU stages 01, 03m-06m, 12m,
-#                              small). The backward (stages 11-13d, 12m; the backward of SDPA's flash
+#                              small). The backward (stages 11-14d, 12m; the backward of SDPA's flash
 #                              and cuDNN backends) is part of it: rows with pass bwd, tables of their own.
 #                              One merged CSV ($(CSV)), the tables on stdout (sh + awk, no Python),
 #                              PNG plots when gnuplot exists. Progress and elapsed times on stderr.
