@@ -3,6 +3,8 @@
 #   make fa2-sass         ptxas registers / spills / stack for every kernel of stage 06 and of its road at
 #                         sm_80 and sm_90 (build/fa2_ptxas.txt; exit 1 on any spill), and instruction counts
 #                         from the SASS when cuobjdump is found (build/fa2.sass)
+#   make sass-14          the same kind of report for stage 14's kernels (14_backward_hopper/backward_hopper.mk,
+#                         tools/sass_backward_hopper.sh), checking the instructions its design rests on
 #   make diff A=03m B=04m the code of two stages (or road steps) side by side, without their header comments
 #   python3 tools/ncu_bytes.py   on a GPU with Nsight Compute: the bytes model of stages 02, 03, 06, 09 against
 #                         ncu's DRAM and L2 counters (the pending table of README.md, "Bytes moved")
