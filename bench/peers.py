@@ -49,7 +49,8 @@ import time
 import warnings
 
 COLS = ("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
-        "max_abs_err,check,repeats,l2,note,pass").split(",")
+        "max_abs_err,check,repeats,l2,note,pass,warmup_ms,gpus,driver,sm_clock_mhz,power_limit_w,torch,cudnn,"
+        "triton,fa4").split(",")
 PEERS = ["torch_naive", "sdpa_flash", "sdpa_cudnn"]
 BACKWARD_PEERS = ["sdpa_flash", "sdpa_cudnn", "flash_attn4"]  # the peers whose backward is timed
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -257,6 +258,25 @@ def find_kernels(torch):
             log("peers: stage %s's library skipped: %s is not built (make %s)"
                 % (stage, path, os.path.relpath(path, os.path.dirname(HERE))))
     return found
+
+
+def run_facts(torch, args, kernels):
+    """The run's facts every row records (bench/README.md, "CSV"): the warm-up asked for, one GPU, and
+    the libraries the peers ran on, "-" for one that did not run here. The driver, the SM clock and the
+    power limit are left to attn-bench and make bench (nvidia-smi), which fill the same columns."""
+    from importlib import metadata
+
+    def version(*names):
+        for name in names:
+            try:
+                return metadata.version(name)
+            except Exception:  # not installed under that name (or a broken install's metadata)
+                pass
+        return "-"
+    return dict(warmup_ms="%g" % args.warmup_ms, gpus="1", torch=clean(torch.__version__),
+                cudnn=clean(torch.backends.cudnn.version() or "-"),
+                triton=clean(version("triton") if "triton_fa2" in kernels else "-"),
+                fa4=clean(version("flash-attn-4", "flash_attn_4") if "flash_attn4" in kernels else "-"))
 
 
 def flash_attn4(fa4, q, k, v, causal, scale):
@@ -711,7 +731,8 @@ def main(argv):
         % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), gpu, args.batch,
            args.heads, ",".join(map(str, args.seqs)), ",".join(map(str, args.dims)), args.causal,
            "cold" if flush is not None else "warm", ",".join("%s %s" % r for r in point_runs(args))))
-    rows = sweep(torch, args, kernels, flush, dict(gpu=gpu, date=date, commit=clean(args.commit)))
+    rows = sweep(torch, args, kernels, flush,
+                 dict(gpu=gpu, date=date, commit=clean(args.commit), **run_facts(torch, args, kernels)))
     for r in rows:
         r["l2"] = r["l2"] or "-"
     write_csv(args.csv, [",".join(COLS)] + [",".join(str(r[c]) for c in COLS) for r in rows])
