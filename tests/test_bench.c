@@ -1340,3 +1340,30 @@ Test(bench, report_summary_ranges_and_points_under_one) {
     unlink(csv);
     rmdir(dir);
 }
+
+/* The peers' forward check is the stages' (suite/check.c): the tolerance bench/peers.py gives the element
+ * the C check found worst is the one build/attn printed for it, with the same err/tol, at an ordinary
+ * scale and at scales where the rule of the range takes over. Before, the peers' scores bound held fp16's
+ * u as well (their tolerance about 10x the stages'). Skipped without python3 (no PyTorch needed). */
+Test(bench, peers_check_o_by_the_stages_rule) {
+    if (run_cmd("python3 -c 'import sys'", out, sizeof out) != 0) cr_skip_test("python3 not found: peers.py not tested");
+    const char *scales[] = {"0.25", "60", "200"};
+    for (size_t i = 0; i < sizeof scales / sizeof *scales; i++) {
+        char dir[] = "/tmp/attn-bench-test.XXXXXX", args[800], cmd[1600], want[64] = "", ratio[32] = "";
+        long long b, h, n, d;
+        cr_assert_not_null(mkdtemp(dir));
+        snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 33 --dim 16 --scale %s --save %s "
+                 "--save-inputs --check", scales[i], dir);
+        cr_assert_eq(run_bin(attn_bin(), args, out, sizeof out), 0, "%s", out);
+        const char *w = strstr(out, "worst element   [b=");
+        cr_assert(w && sscanf(w, "worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %*s want %*s tol %63s "
+                              "(err/tol %31[0-9.]", &b, &h, &n, &d, want, ratio) == 6, "%s", out);
+        snprintf(cmd, sizeof cmd, "python3 tests/peers_tolerance.py %s 1 2 33 16 0 %s %lld %lld %lld %lld", dir,
+                 scales[i], b, h, n, d);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+        snprintf(args, sizeof args, "tol %s ratio %s\n", want, ratio);
+        cr_assert_str_eq(out, args, "scale %s: the peers' rule against build/attn's", scales[i]);
+        snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    }
+}
