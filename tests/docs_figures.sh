@@ -14,7 +14,8 @@
 #    outside generated blocks; a table also takes in the paragraph just before it, its caption. A block
 #    quotes a run figure when, with its code spans and link targets left out, it holds a number with the
 #    unit of a measurement (TFLOP/s, GFLOP/s, TB/s, GB/s, MHz, GHz, ms, us, s, min, W, %), a ratio with a
-#    decimal point and an x or ×, or a number with three decimals (1.057); or when it is a table whose
+#    decimal point and an x or ×, a decimal number right after a ratio's name with spaces round its
+#    slash (09 / 08 1.14-1.29), or a number with three decimals (1.057); or when it is a table whose
 #    header or caption names a time, a rate or a ratio (TFLOP, ms, time, speed, MHz, " / ", "vs", ×)
 #    with a decimal number in its body. Such a block must do one of:
 #      - cite its run: a link into history/FILE.md#entry whose text names the commit the run measured,
@@ -128,17 +129,22 @@ function cites(s,   out, p, q, t, target, path, hashes, n, w, i, c) {
 }
 # the run figures of s: numbers with a unit, ratios with x or ×, numbers with three decimals; every
 # decimal number as well when all is 1 (the block cites a run: each must stand in the entry)
-function figures(s, table,   out, rest, tok, num, pre, post, u, first) {
-    out = ""; first = ""; rest = s
+function figures(s, table,   out, rest, tok, num, pre, post, u, first, before, ratio) {
+    out = ""; first = ""; rest = s; before = ""
     while (match(rest, /[0-9]+(\.[0-9]+)?/)) {
         tok = substr(rest, RSTART, RLENGTH); pre = RSTART > 1 ? substr(rest, RSTART - 1, 1) : " "
         post = substr(rest, RSTART + RLENGTH)
+        # a number right after "A / B " is that ratio's value (09 / 08 1.14-1.29), whatever its decimals
+        before = before substr(rest, 1, RSTART - 1); if (length(before) > 40) before = substr(before, length(before) - 39)
+        ratio = before ~ /[A-Za-z0-9] \/ [A-Za-z0-9-]+:? $/
+        before = before tok
         rest = post
         if (pre ~ /[A-Za-z0-9_.]/ || post ~ /^\.[0-9]/ || post ~ /^[0-9A-Za-z_]/ && post !~ /^(x|ms|us|s|min|W|MHz|GHz|TFLOP|GFLOP|TB|GB)([^A-Za-z0-9]|$)/) continue
         u = ""
         if (match(post, /^ ?(TFLOP\/s|GFLOP\/s|TB\/s|GB\/s|MHz|GHz|ms|us|µs|min|s|W|%)/) && substr(post, RLENGTH + 1, 1) !~ /[A-Za-z0-9]/) u = substr(post, 1, RLENGTH)
         else if (tok ~ /\./ && (post ~ /^ ?×/ || post ~ /^ ?x([^A-Za-z0-9]|$)/)) u = "x"
         else if (tok ~ /\.[0-9][0-9][0-9]$/ && post !~ /^[eE]/) u = "."
+        else if (ratio && tok ~ /\./) u = "."
         else if (table && tok ~ /\./) u = "."
         if (u == "" && !(all && tok ~ /\./)) continue
         if (u != "" && first == "") first = tok (u == "." ? "" : u)

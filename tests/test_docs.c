@@ -101,9 +101,10 @@ static int docs_figures(const char *dir) {
     return run_cmd(cmd, out, sizeof out);
 }
 
-/* The README of issue 58: a figure typed by hand with no citation fails, as do a citation of a figure its
- * entry does not hold, of an entry that does not exist or does not name the commit, of a commit git
- * does not know, of the whole log, and a "not a run" mark without a why. */
+/* The README of issue 58: a figure typed by hand with no citation fails (1.071x, and a ratio's range
+ * after its name, 09 / 08 1.14-1.29), as do a citation of a figure its entry does not hold, of an entry
+ * that does not exist or does not name the commit, of a commit git does not know, of the whole log, and
+ * a "not a run" mark without a why. */
 Test(docs_figures, uncited_and_miscited_run_figures_are_caught) {
     char dir[] = "/tmp/attn-docs-figures.XXXXXX", hash[16], text[4096];
     cr_assert_not_null(mkdtemp(dir));
@@ -115,7 +116,8 @@ Test(docs_figures, uncited_and_miscited_run_figures_are_caught) {
              "It read 612.5 TFLOP/s ([run 2 at %s](history/runs.md#2026-12-05-run-2)).\n\n"
              "It read 612.5 TFLOP/s ([run 1 at abcdef1](history/runs.md#2026-12-04-run-1-at-%s)).\n\n"
              "It read 612.5 TFLOP/s ([the log, %s](history/runs.md#runs)).\n\n"
-             "A tile is 64 keys, 3.1%% of the padding. <!-- not a run: -->\n",
+             "A tile is 64 keys, 3.1%% of the padding. <!-- not a run: -->\n\n"
+             "Stage 09 schedules it: 09 / 08 1.14-1.29 at D = 128.\n\nThe check read err/tol 0.25.\n",
              hash, hash, hash, hash, hash, hash);
     put(dir, "README.md", text);
     cr_assert_eq(docs_figures(dir), 1, "%s", out);
@@ -129,7 +131,10 @@ Test(docs_figures, uncited_and_miscited_run_figures_are_caught) {
     cr_assert(strstr(out, "README.md:11: cites commit abcdef1, which git does not know"), "%s", out);
     cr_assert(strstr(out, "README.md:13: cites history/runs.md#runs, the whole run log"), "%s", out);
     cr_assert(strstr(out, "README.md:15: <!-- not a run --> says no why"), "%s", out);
-    cr_assert(strstr(out, "; 8 problems"), "%s", out);
+    /* a ratio's value with two decimals, named by "A / B" before it (err/tol, no spaces, is no ratio's name) */
+    cr_assert(strstr(out, "README.md:17: a run figure (1.14) with no citation"), "%s", out);
+    cr_assert_null(strstr(out, "README.md:19:"), "err/tol taken for a ratio's name: %s", out);
+    cr_assert(strstr(out, "; 9 problems"), "%s", out);
     snprintf(text, sizeof text, "rm -rf %s", dir);
     cr_assert_eq(run_cmd(text, out, sizeof out), 0, "%s", out);
 }
