@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn.h" /* ATTN_LN2, attn_exp2_scale */
 #include "fa2.h"
 
 #ifdef __cplusplus
@@ -34,7 +35,7 @@ typedef struct {
     int64_t heads;             /* B*H */
     int n;                     /* N */
     int row_tiles;             /* Tr = ceil(N / Br) */
-    float scale_log2;          /* |scale| * log2(e), at least FLT_MIN: the one multiplier of exp2 */
+    float scale_log2;          /* attn_exp2_scale(scale): the one multiplier of exp2 */
     int negate_q;              /* scale < 0: run with -Q and |scale| (the same scores, max stays max) */
 } fa2_params;
 

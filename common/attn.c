@@ -26,6 +26,8 @@ attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int c
     return p;
 }
 
+float attn_exp2_scale(float scale) { return fmaxf(fabsf(scale) * ATTN_LOG2E, FLT_MIN); }
+
 attn_status attn_problem_validate(const attn_problem *p) {
     if (p->B < 1 || p->B > ATTN_MAX_B)
         return attn_fail(ATTN_EINVAL, "batch must be 1..%d (got %lld)", ATTN_MAX_B, (long long)p->B);

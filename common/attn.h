@@ -48,6 +48,19 @@ typedef struct {
 
 /* Fills a problem with the default scale 1/sqrt(D) and fp16. */
 attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int causal);
+
+/* log2(e) and ln(2), the one definition of each: the kernels and the CPU models exponentiate in base
+ * 2 (exp(x) = 2^(x log2 e), ex2.approx on the GPU) and turn a base-2 max back into the natural-log LSE
+ * (m ln 2). Floats, as every kernel multiplies in float32. */
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.69314718055994531f
+
+/* The multiplier of the exponent in stages 06-09 and 06m: |scale| * log2(e), at least FLT_MIN. A
+ * negative scale runs as -Q with |scale| (the row max stays the max); scale = 0 (uniform attention)
+ * runs as FLT_MIN: every |s| * FLT_MIN < 2^-60 and 2^x rounds to exactly 1, as 2^0 would, and a positive
+ * multiplier keeps -inf * it = -inf for the mask. The one place this is derived. */
+float attn_exp2_scale(float scale);
+
 /* ATTN_OK, or ATTN_EINVAL with a message naming the field and its allowed range. */
 attn_status attn_problem_validate(const attn_problem *p);
 

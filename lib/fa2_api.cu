@@ -10,10 +10,9 @@
 
 #include "06_fa2_full/fa2_internal.h"
 #include "06_fa2_full/fa2_traits.cuh"
+#include "attn.h"
 #include "device_memory.h"
 #include "forward_args.h"
-
-#define FA2_LOG2E 1.4426950408889634f
 
 /* fa2_last_error(): one buffer per thread, so that concurrent callers never see each other's reason. */
 static thread_local char fa2_error_text[256];
@@ -90,9 +89,7 @@ extern "C" fa2_params fa2_params_of(const fa2_args *a, int br) {
     kp.heads = a->B * a->H;
     kp.n = (int)a->N;
     kp.row_tiles = (int)((a->N + br - 1) / br);
-    /* scale = 0 (uniform attention) runs as FLT_MIN: every |s| * FLT_MIN < 2^-60 and 2^x rounds to
-     * exactly 1, as 2^0 would; keeping the multiplier positive keeps -inf * it = -inf for masking */
-    kp.scale_log2 = fmaxf(fabsf(a->scale) * FA2_LOG2E, FLT_MIN);
+    kp.scale_log2 = attn_exp2_scale(a->scale); /* |scale| log2(e), at least FLT_MIN (common/attn.h) */
     kp.negate_q = a->scale < 0.f;
     return kp;
 }
