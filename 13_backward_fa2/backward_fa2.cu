@@ -404,7 +404,7 @@ __global__ void bwd_preprocess(const bwd_params prm) {
             const uint32_t g = *reinterpret_cast<const uint32_t *>(prm.d_o + row * D + d);
             const uint32_t o = *reinterpret_cast<const uint32_t *>(prm.o + row * D + d);
             float2 gf, of;
-            if (DTYPE == FA2_BF16) {
+            if (DTYPE == ATTN_BF16) {
                 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&g));
                 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&o));
             } else {
@@ -460,15 +460,12 @@ static unsigned bwd_grid_1d(int64_t work, int per_block) {
 }
 
 static attn_status bwd_run(const char *id, int det, const attn_problem *p, const attn_args *a) {
-    if (!stage13_supports_dim(p->D))
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim " STAGE13_DIMS_TEXT " (got %lld)", id, (long long)p->D);
-    if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports fp16 and bf16", id);
-    if (p->N < 1 || p->N > ATTN_MAX_N) return attn_fail(ATTN_EINVAL, "stage %s: N must be 1..%d", id, ATTN_MAX_N);
+    const attn_status limits = stage13_check_limits(p);
+    if (limits != ATTN_OK) return limits;
     bwd_kernels k;
     const int bf16 = p->dtype == ATTN_BF16;
-    const int ok = bf16 ? (det ? bwd_pick_d<FA2_BF16, 1>(p->D, &k) : bwd_pick_d<FA2_BF16, 0>(p->D, &k))
-                        : (det ? bwd_pick_d<FA2_F16, 1>(p->D, &k) : bwd_pick_d<FA2_F16, 0>(p->D, &k));
+    const int ok = bf16 ? (det ? bwd_pick_d<ATTN_BF16, 1>(p->D, &k) : bwd_pick_d<ATTN_BF16, 0>(p->D, &k))
+                        : (det ? bwd_pick_d<ATTN_F16, 1>(p->D, &k) : bwd_pick_d<ATTN_F16, 0>(p->D, &k));
     if (!ok) return attn_fail(ATTN_EUNSUPPORTED, "stage %s: no kernel for D = %lld", id, (long long)p->D);
 
     bwd_params prm;

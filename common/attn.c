@@ -23,6 +23,9 @@ attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int c
     p.causal = causal ? 1 : 0;
     p.scale = D > 0 ? (float)(1.0 / sqrt((double)D)) : 1.0f;
     p.dtype = ATTN_F16;
+    p.H_kv = H;
+    p.N_k = N;
+    p.cu_seqlens_q = p.cu_seqlens_k = NULL;
     return p;
 }
 
