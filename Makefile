@@ -36,6 +36,8 @@ ifneq ($(filter command line environment%,$(origin NVCC)),)
 NVCC_FROM    := from NVCC=
 endif
 NVCC    ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
+# the nvcc found, even under NO_CUDA=1 (make check-install builds the library with it: lib/flashattn.mk)
+NVCC_FOUND := $(NVCC)
 ifeq ($(NO_CUDA),1)
 NVCC    :=
 endif

@@ -1,8 +1,21 @@
 /*
  * example_main.c: the public library (flashattn.h) from plain C, outside the suite: one causal fp16
  * attention (B=1, H=2, N=256, D=64) on the fastest stage this GPU runs, checked against a CPU loop in
- * double over every output element and every LSE. In the tree: make flashattn-example &&
- * build/flashattn_example (linked with build/libflashattn.a and the CUDA runtime beside it).
+ * double over every output element and every LSE. Against an installed copy (make install PREFIX=p):
+ *
+ *   export PKG_CONFIG_PATH=p/lib/pkgconfig
+ *   cc example_main.c $(pkg-config --cflags --libs flashattn) -I$(pkg-config --variable=cudaincludedir \
+ *       flashattn) -L$(pkg-config --variable=cudalibdir flashattn) -lcudart_static -ldl -lrt -lpthread
+ *   LD_LIBRARY_PATH=p/lib ./a.out
+ *
+ * (the program's own cudaMalloc and cudaMemcpy need a CUDA runtime of their own: the shared library
+ * keeps its runtime inside); or statically, with the library's runtime:
+ *
+ *   cc example_main.c $(pkg-config --cflags flashattn) -I$(pkg-config --variable=cudaincludedir \
+ *       flashattn) $(pkg-config --variable=static_libs flashattn)
+ *
+ * In the tree: make flashattn-example && build/flashattn_example. tests/install_test.sh (make check)
+ * builds it both ways outside the tree and asserts the exit status below.
  *
  * Exit status: 0 ok (the result agrees with the CPU); 1 could not run (a refusal, a CUDA error) or the
  * result disagrees; 2 bad usage (it takes no arguments); 3 no CUDA device here (the library said

@@ -1,5 +1,6 @@
 /*
- * flashattn.h: the public C interface of this project, libflashattn.so and libflashattn.a (make lib).
+ * flashattn.h: the public C interface of this project, libflashattn.so and libflashattn.a (make lib;
+ * make install PREFIX=... installs this header, both libraries and flashattn.pc for pkg-config).
  *
  *   O = softmax(scale * Q K^T [+ causal mask]) V,   LSE = the natural log of each query row's softmax
  *                                                          denominator, sum_j exp(scale * q_i . k_j)
@@ -25,7 +26,12 @@
  * CUDA call left pending in cudaGetLastError() is neither reported as the call's own nor cleared.
  * Every function may be called from several threads at once; attn_last_error() is per thread.
  *
- * C11 or C++; the header needs no CUDA header. lib/example_main.c is a whole program.
+ * C11 or C++; the header needs no CUDA header. Build and link against an installed copy:
+ *   cc prog.c $(pkg-config --cflags --libs flashattn)                            (the shared library)
+ *   cc prog.c $(pkg-config --cflags flashattn) $(pkg-config --variable=static_libs flashattn)
+ * (the static one, with the CUDA runtime beside it: `pkg-config --static --libs` would name
+ * -lflashattn, which the linker resolves to the shared library when both are installed).
+ * lib/example_main.c is a whole program.
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -37,7 +43,7 @@
 extern "C" {
 #endif
 
-/* The library's version: 0.x while the interface may still change. */
+/* The library's version (flashattn.pc's): 0.x while the interface may still change. */
 #define FLASHATTN_VERSION "0.1.0"
 
 /* The 16-bit element types of Q, K, V, O and the gradients (LSE is always float32). */
