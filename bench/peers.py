@@ -9,8 +9,9 @@ Peers (the `stage` column):
   triton_fa2   python/triton_fa2.py, the seed's Triton kernel as written here (when triton imports)
   flash_attn4  flash-attn-4's CuTe DSL kernel, flash_attn.cute.interface.flash_attn_func (when the
                flash-attn-4 package imports; on Hopper it runs its FlashAttention-3-class sm90 path)
-  libfa2, ...  the suite's fast stages as shared libraries, through python/flashattn_stages.py
-               (ctypes), where make has built them: the C kernels timed in this same process
+  flashattn_06 .. flashattn_09  the suite's fast stages by name through its public library,
+               build/libflashattn.so, and python/flashattn_stages.py (ctypes), where make has built
+               it: the C kernels timed in this same process
 (causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
 warm-up and the memory measurement (torch.cuda.max_memory_allocated after reset_peak_memory_stats,
 minus what was allocated before and minus the outputs; Triton compiles and autotunes in a call
@@ -128,12 +129,12 @@ def finite_ms(s):
 
 
 def known_peers():
-    """Every peer name this script knows, whether or not it can run here: the libraries' names come
+    """Every peer name this script knows, whether or not it can run here: the library's stages come
     from python/flashattn_stages.py (no PyTorch needed to ask it)."""
     names = PEERS + OTHER_PEERS
     try:
         import flashattn_stages as fa
-        names += [os.path.basename(fa.library_path(st))[:-3] for st in fa.stages()]
+        names += [library_peer(st) for st in fa.stages()]
     except Exception as e:  # a broken python/: the libraries' names are then not checked here
         log("peers: python/flashattn_stages.py does not import (%s); library peers unchecked" % e)
         return None
@@ -183,7 +184,7 @@ def parse_args(argv):
     ap.add_argument("--min-repeat", type=int_in(1, MAX_REPEAT), default=3, help="timed runs per point, at least")
     ap.add_argument("--max-repeat", type=int_in(1, MAX_REPEAT), default=50, help="timed runs per point, at most")
     ap.add_argument("--check-rows", type=int_in(0, MAX_CHECK_ROWS), default=16)
-    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,libfa2,...")
+    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,flashattn_06,...")
     ap.add_argument("--forward", action=argparse.BooleanOptionalAction, default=True,
                     help="time the peers' forward (default; --no-forward: the backward alone)")
     ap.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True,
@@ -249,14 +250,13 @@ def find_kernels(torch):
     except Exception as e:  # not installed (the usual case), or a broken install
         log("peers: flash_attn4 skipped: %s: %s" % (type(e).__name__, str(e).split("\n")[0]))
     import flashattn_stages as fa
+    path = fa.library_path()
+    if not os.path.exists(path):
+        log("peers: the library's stages skipped: %s is not built (make lib)" % path)
+        return found
     for stage in fa.stages():
-        path = fa.library_path(stage)
-        if os.path.exists(path):
-            found[os.path.basename(path)[:-3]] = (
-                lambda q, k, v, c, s, st=stage: fa.forward(q, k, v, causal=c, scale=s, stage=st))
-        else:
-            log("peers: stage %s's library skipped: %s is not built (make %s)"
-                % (stage, path, os.path.relpath(path, os.path.dirname(HERE))))
+        found[library_peer(stage)] = (
+            lambda q, k, v, c, s, st=stage: fa.forward(q, k, v, causal=c, scale=s, stage=st))
     return found
 
 
@@ -277,6 +277,11 @@ def run_facts(torch, args, kernels):
                 cudnn=clean(torch.backends.cudnn.version() or "-"),
                 triton=clean(version("triton") if "triton_fa2" in kernels else "-"),
                 fa4=clean(version("flash-attn-4", "flash_attn_4") if "flash_attn4" in kernels else "-"))
+
+
+def library_peer(stage):
+    """The peer name of a stage run through the public library: flashattn_09."""
+    return "flashattn_" + stage
 
 
 def flash_attn4(fa4, q, k, v, causal, scale):
