@@ -64,7 +64,6 @@ static constexpr int THREADS = 384, CONSUMER_THREADS = 256;
 static constexpr int PRODUCER_REGS = 24;
 static constexpr int CONSUMER_REGS = hop_consumer_regs(THREADS, 1, PRODUCER_REGS);
 static_assert(CONSUMER_REGS == 240, "168 at entry; the producer's 144 x 128 given back: 168 + 72 = 240");
-static constexpr float LOG2E = 1.4426950408889634f;
 
 static __host__ __device__ constexpr int q_bytes(int d) { return hop_tile_bytes(BR, d); } /* Q_i or dO_i */
 static __host__ __device__ constexpr int kv_bytes(int d) { return hop_tile_bytes(BC, d); }
@@ -144,7 +143,7 @@ static __device__ __forceinline__ void load_row_stats(const bwd_hop_params *p, i
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = q0 + 32 * h + lane;
-        lse2[h] = row < p->n ? p->lse[bh * p->n + row] * LOG2E : INFINITY;
+        lse2[h] = row < p->n ? p->lse[bh * p->n + row] * ATTN_LOG2E : INFINITY;
         delta[h] = row < p->n ? p->delta[bh * p->n + row] : 0.f;
     }
 }
@@ -482,18 +481,13 @@ static attn_status make_params(bwd_hop_params *kp, const attn_problem *pr, const
     kp->n = (int)pr->N;
     kp->tr = (int)((pr->N + BR - 1) / BR), kp->tc = (int)((pr->N + BC - 1) / BC);
     kp->causal = pr->causal != 0;
-    kp->scale = pr->scale, kp->sl2 = pr->scale * LOG2E;
+    kp->scale = pr->scale, kp->sl2 = pr->scale * ATTN_LOG2E;
     return ATTN_OK;
 }
 
 /* D_i and the zeroed accumulator (kit), the main kernel, dQ to 16 bits (kit). */
 static attn_status run(const char *id, int det, const attn_problem *pr, const attn_args *a) {
-    if (!stage14_supports_dim(pr->D))
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim " STAGE14_DIMS_TEXT " (got %lld)", id,
-                         (long long)pr->D);
-    if (pr->dtype != ATTN_F16 && pr->dtype != ATTN_BF16)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports fp16 and bf16", id);
-    attn_status st = hop_check_limits(pr->B, pr->H, pr->N, pr->D);
+    attn_status st = stage14_check_limits(pr); /* workspace.c: the library asks the same before choosing */
     if (st != ATTN_OK) return st;
     const bwd_workspace ws = bwd_workspace_split(a->workspace, pr);
     bwd_hop_params kp;

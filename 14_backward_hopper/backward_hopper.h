@@ -22,6 +22,10 @@ extern "C" {
 
 /* 1 for head dims 64 and 128. */
 int stage14_supports_dim(int64_t D);
+/* Stage 14's limits, no CUDA call (the library asks them before it chooses a stage): head dim 64 or 128,
+ * N <= 2^30 and B*H <= 2^31 (the tensor maps' 32-bit coordinates), at most 65535 * 2^30 blocks of 128
+ * keys, fp16 or bf16. ATTN_EUNSUPPORTED with the reason otherwise. */
+attn_status stage14_check_limits(const attn_problem *p);
 /* kit/backward_workspace.h's scratch with 64-row query tiles: the fp32 dQ accumulator, D_i and, for 14d,
  * one counter per (b, h, query tile). */
 size_t stage14_workspace_bytes(const attn_problem *p);
