@@ -24,6 +24,7 @@
 
 #include "06_fa2_full/stage06.h"
 #include "13_backward_fa2/backward_fa2.h"
+#include "14_backward_hopper/backward_hopper.h"
 #include "attn.h"
 #include "stage.h"
 
@@ -288,6 +289,7 @@ typedef struct {
     size_t (*workspace)(const attn_problem *p);
     int reads_last_error; /* launches with <<<>>> then asks cudaGetLastError(), which would report an
                              error pending from an earlier call as its own: none may be pending */
+    int by_name_only;     /* never the library's own choice: a slower stage kept for callers who name it */
 } lib_stage;
 
 /* Contiguous: strides all 0, or those of [B, heads, rows, D] (a size-1 dim's stride does not matter;
@@ -330,7 +332,7 @@ static attn_status check_takes(const lib_stage *s, const call *c) {
     if (c->deterministic == 1 && !s->deterministic)
         return attn_fail(ATTN_EUNSUPPORTED,
                          "deterministic: stage %s sums dQ by atomic adds, whose order changes "
-                         "from run to run (13d is deterministic) (got 1)",
+                         "from run to run (13d and 14d are deterministic) (got 1)",
                          s->id);
     return ATTN_OK;
 }
@@ -364,21 +366,42 @@ static attn_status device_sm80(void) {
     return ATTN_OK;
 }
 
+/* Stage 14: wgmma, setmaxnreg and the copy engine's tensor maps, sm_90a code that no other GPU runs. */
+static attn_status device_sm90_backward(void) {
+    const int sm = attn_device_sm();
+    if (sm < 0)
+        return attn_fail(ATTN_ECUDA,
+                         "device: the CUDA runtime cannot tell the current GPU's compute capability");
+    if (sm != 90)
+        return attn_fail(ATTN_EUNSUPPORTED,
+                         "device: stage 14 needs an sm_90 GPU (H100, H200): wgmma, setmaxnreg and the copy "
+                         "engine's tensor maps exist in sm_90a code only (got sm_%d)",
+                         sm);
+    return ATTN_OK;
+}
+
 static attn_status hopper_limits(const attn_problem *p) { return hop_check_limits(p->B, p->H, p->N, p->D); }
 
 /* The forward stages, fastest first: the order a call without a stage tries them in. On the H200,
  * 09 ran 1.2-1.8x 06 at every bench shape and above 07 and 08 wherever it runs (README's table), and
  * 07 and 08 take no problem 09 refuses, so they are reached by name only. */
 static const lib_stage forward_stages[] = {
-    {"09", stage09_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0},
-    {"08", stage08_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0},
-    {"07", stage07_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0},
-    {"06", stage06_run, stage06_check_limits, device_sm80, 0, 0, 0, NULL, 0},
+    {"09", stage09_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0, 0},
+    {"08", stage08_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0, 0},
+    {"07", stage07_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0, 0},
+    {"06", stage06_run, stage06_check_limits, device_sm80, 0, 0, 0, NULL, 0, 0},
 };
-/* The backward stages: 13 first (faster: atomics, no order to keep), 13d for a deterministic call. */
+/* The backward stages, fastest first within each kind of call: 14, then 13, for one that may sum dQ
+ * in any order; 13d for a deterministic one (14d by name only). On the H100 (history/backward.md, the run at
+ * 0ca91b7) 14 ran 1.30-1.46x 13 at every shape timed, and 14d ran below 13d at every one (its ordered
+ * dQ costs it two thirds of 14's speed), so a deterministic call gets 13d and 14d is reached by name
+ * only. 14 is sm_90 code at D = 64 and 128: every other call falls to 13, the broadest, whose refusal
+ * stands when none takes it. One workspace layout serves both (kit/backward_workspace.h). */
 static const lib_stage backward_stages[] = {
-    {"13", stage13_run, stage13_check_limits, device_sm80, 0, 0, 0, stage13_workspace_bytes, 1},
-    {"13d", stage13d_run, stage13_check_limits, device_sm80, 0, 0, 1, stage13_workspace_bytes, 1},
+    {"14", stage14_run, stage14_check_limits, device_sm90_backward, 0, 0, 0, stage14_workspace_bytes, 1, 0},
+    {"13", stage13_run, stage13_check_limits, device_sm80, 0, 0, 0, stage13_workspace_bytes, 1, 0},
+    {"13d", stage13d_run, stage13_check_limits, device_sm80, 0, 0, 1, stage13_workspace_bytes, 1, 0},
+    {"14d", stage14d_run, stage14_check_limits, device_sm90_backward, 0, 0, 1, stage14_workspace_bytes, 1, 1},
 };
 #define NUM_FORWARD ((int)(sizeof forward_stages / sizeof forward_stages[0]))
 #define NUM_BACKWARD ((int)(sizeof backward_stages / sizeof backward_stages[0]))
@@ -429,6 +452,7 @@ static const lib_stage *choose_stage(const lib_stage *list, int n, const char *w
     if ((*st = check_gpu_present()) != ATTN_OK) return NULL;
     for (int i = 0; i < n; i++) {
         if (!c->forward && c->deterministic != list[i].deterministic) continue; /* 13d only when asked */
+        if (list[i].by_name_only) continue;
         if ((*st = list[i].device()) == ATTN_OK && (*st = check_stage(&list[i], c, with_pointers)) == ATTN_OK)
             return &list[i];
     }

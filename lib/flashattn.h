@@ -8,10 +8,11 @@
  *
  * attn_forward() runs, unless told which, the fastest stage of the suite that this GPU runs for the
  * problem: stage 09 on an sm_90 GPU (H100, H200) at the head dims it takes (64, 128, 256), stage 06
- * on every other sm_80 or newer GPU and at the other head dims (32, 96). attn_backward() runs stage 13
- * (13d when deterministic). Below sm_80 both refuse (ATTN_EUNSUPPORTED, "device: ... (got sm_75)");
- * with no GPU or driver, ATTN_ENODEV ("no CUDA device ..."). A stage named by its id ("06", "07",
- * "08", "09"; "13", "13d") runs that stage or says why it cannot.
+ * on every other sm_80 or newer GPU and at the other head dims (32, 96). attn_backward() runs stage 14
+ * on an sm_90 GPU at head dims 64 and 128, stage 13 everywhere else, and 13d when deterministic. Below
+ * sm_80 both refuse (ATTN_EUNSUPPORTED, "device: ... (got sm_75)"); with no GPU or driver, ATTN_ENODEV
+ * ("no CUDA device ..."). A stage named by its id ("06", "07", "08", "09"; "14", "13", "13d", "14d")
+ * runs that stage or says why it cannot.
  *
  * Memory: every pointer is device (or managed) memory of the current device; q, k, v, o, d_o, dq,
  * dk, dv and the workspace 16-byte aligned (cudaMalloc gives 256), lse 4-byte aligned. An output never
@@ -123,8 +124,10 @@ typedef struct {
  * "07", "08", "09". */
 attn_status attn_forward(const attn_forward_args *a, const char *stage, void *stream);
 
-/* Runs the backward on `stream`. stage: NULL (13, or 13d when deterministic), "13" or "13d". Stage 13
- * sums dQ with atomic adds, whose order (and so dQ's last bits) changes from run to run. */
+/* Runs the backward on `stream`. stage: NULL (14 on sm_90 where it takes the problem, else 13; 13d when
+ * deterministic), "14", "13", "13d" or "14d". Stages 13 and 14 sum dQ with atomic adds (14: the copy
+ * engine's reduce-add), whose order (and so dQ's last bits) changes from run to run; 13d and 14d sum
+ * it in a fixed order, and 14d, slower than 13d, runs only when named. */
 attn_status attn_backward(const attn_backward_args *a, const char *stage, void *stream);
 
 /* The stage attn_forward(a, stage, ...) would run here, in *id ("09"), after every check that needs
@@ -134,7 +137,7 @@ attn_status attn_forward_stage(const attn_forward_args *a, const char *stage, co
 attn_status attn_backward_stage(const attn_backward_args *a, const char *stage, const char **id);
 
 /* The scratch attn_backward(a, stage, ...) needs, in *bytes: O(N) per head (the fp32 dQ accumulator,
- * D_i and 13d's order counters), 4 (D + 1) bytes a row and a little. Why the caller's: a caller such
+ * D_i and 13d's or 14d's order counters; one layout for 13 and 14), 4 (D + 1) bytes a row and a little. Why the caller's: a caller such
  * as PyTorch then allocates it from its own caching allocator, which counts and reuses it; the library
  * holds no state and allocates nothing. a's pointers are not looked at. */
 attn_status attn_backward_workspace_bytes(const attn_backward_args *a, const char *stage, size_t *bytes);

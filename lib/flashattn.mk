@@ -34,12 +34,13 @@ PKG_CONFIG        ?= pkg-config
 
 ifneq ($(HAVE_CUDA),)
 
-# The stages the library runs (lib/flashattn.c's lists: 06-09 forward, 13 and 13d backward), what they
-# are built from, and the host code they share.
+# The stages the library runs (lib/flashattn.c's lists: 06-09 forward; 14, 13, 13d and 14d backward),
+# what they are built from, and the host code they share.
 FLASHATTN_OBJS := $(addprefix $(BUILD)/obj/,lib/flashattn.o common/attn.o kit/hopper_host.o \
                     06_fa2_full/stage06.o 06_fa2_full/fa2_f16.cu.o 06_fa2_full/fa2_bf16.cu.o \
                     07_tma_wgmma/tma_wgmma.cu.o 08_warp_specialized/warp_specialized.cu.o 09_overlap/overlap.cu.o \
-                    13_backward_fa2/backward_fa2.cu.o 13_backward_fa2/workspace.o)
+                    13_backward_fa2/backward_fa2.cu.o 13_backward_fa2/workspace.o \
+                    14_backward_hopper/backward_hopper.cu.o 14_backward_hopper/workspace.o)
 FLASHATTN_CUDA_LIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm
 
 lib: $(FLASHATTN_SO) $(FLASHATTN_A)

@@ -8,8 +8,8 @@
 
 O = softmax(scale * Q K^T [+ causal mask]) V and LSE, the natural-log log-sum-exp of each query row's
 scaled scores (float32 [B, H, N]), as every stage of the suite defines them; backward() turns O, LSE
-and dO = dLoss/dO into dQ, dK and dV (stage 13, FlashAttention-2's Algorithm 2 on tensor cores).
-forward() runs, unless stage= names one, the stage the library picks: the fastest this GPU runs for
+and dO = dLoss/dO into dQ, dK and dV (FlashAttention-2's Algorithm 2: stage 14 on an H100 or H200 at
+D = 64 and 128, stage 13 on tensor cores everywhere else; 13d when deterministic). forward() runs, unless stage= names one, the stage the library picks: the fastest this GPU runs for
 the problem (09 on an H100 or H200 at D = 64, 128, 256; else 06), the C library's own choice
 (attn_forward in lib/flashattn.h), which forward_stage() reports. attention() is both passes as one
 torch.autograd.Function. The work is queued on the current CUDA stream (torch.cuda.current_stream())
@@ -44,11 +44,16 @@ STAGES = {
     "09": ((64, 128, 256), "sm_90 (H100, H200) only"),
 }
 
-# The backward, stage 13 (13_backward_fa2/backward_fa2.h): 13 (dQ summed by atomic adds) and 13d (in a
-# fixed order: bitwise repeatable), which backward(deterministic=...) picks. Same fields as STAGES.
+# The backward stages (13_backward_fa2/backward_fa2.h, 14_backward_hopper/backward_hopper.h): 13 and 14
+# sum dQ by atomic adds, 13d and 14d in a fixed order (bitwise repeatable). backward() runs the
+# library's choice for its deterministic flag (attn_backward in lib/flashattn.h): 14 on sm_90 where it
+# takes D, else 13; 13d when deterministic (14d, slower than 13d, only by name in C). The library takes
+# what 13 takes, so 13's head dims are the ones backward() checks. Same fields as STAGES.
 BACKWARD_STAGES = {
     "13": ((32, 64, 96, 128), "sm_80 or newer"),
     "13d": ((32, 64, 96, 128), "sm_80 or newer"),
+    "14": ((64, 128), "sm_90 (H100, H200) only"),
+    "14d": ((64, 128), "sm_90 (H100, H200) only"),
 }
 
 LIBRARY = "libflashattn.so"
@@ -487,11 +492,12 @@ def _check_backward(q, k, v, o, lse, do, causal, scale, deterministic, out, work
 def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, out=None, workspace=None,
              stream=None):
     """dQ, dK and dV of attention over q, k, v, given the forward's o and lse (any forward stage's, run
-    with the same causal and scale) and do = dLoss/dO: stage 13, FlashAttention-2's Algorithm 2 on
-    tensor cores (attn_backward in lib/flashattn.h). q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one
-    CUDA device, D one of BACKWARD_STAGES' head dims (32, 64, 96, 128); lse float32 [B, H, N].
-    causal and scale as for forward(). deterministic: False or 0, dQ summed by atomic adds (its last
-    bits change from run to run); True or 1, stage 13d, in a fixed order (bitwise repeatable).
+    with the same causal and scale) and do = dLoss/dO: FlashAttention-2's Algorithm 2, the library's
+    choice (attn_backward in lib/flashattn.h): stage 14 on an H100 or H200 at D = 64 and 128, else
+    stage 13 on tensor cores. q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one CUDA
+    device, D one of stage 13's head dims (32, 64, 96, 128); lse float32 [B, H, N]. causal and scale
+    as for forward(). deterministic: False or 0, dQ summed by atomic adds (its last bits change from
+    run to run); True or 1, stage 13d, in a fixed order (bitwise repeatable).
     out=(dq, dk, dv): write there instead of new tensors. workspace: an array of at least
     attn_backward_workspace_bytes() bytes (4 (D + 1) per row and a little), contiguous and
     16-byte aligned, whose contents do not matter; by default a new torch uint8 tensor, freed when the
@@ -521,7 +527,7 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
     w = _Arg(workspace, "workspace")
     ptrs = [x.ptr for x in a[:4]] + [al.ptr, a[4].ptr] + [_Arg(x, n).ptr for x, n in
                                                           ((dq, "dq"), (dk, "dk"), (dv, "dv"))] + [w.ptr]
-    # stage None: the library's choice for the flag, 13 or 13d (python's `stage` names it in messages)
+    # stage None: the library's choice for the flag (14 or 13; 13d)
     args = ptrs + [w.nbytes, B, H, N, D, causal, scale, _DTYPES[a[0].dtype], det, stream]
     if torch is not None:
         with torch.cuda.device(q.device):
@@ -529,15 +535,16 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
     else:
         st = lib.backward(*args)
     if st != 0:
-        raise _refusal(st, lib, "attn_backward (stage %s)" % stage, a[0])
+        raise _refusal(st, lib, "attn_backward (stage None: the library's choice)", a[0])
     return dq, dk, dv
 
 
 def attention(q, k, v, causal=False, scale=None, deterministic=False):
     """softmax(scale * q k^T [+ causal mask]) v as a differentiable PyTorch operation: q, k, v torch
     CUDA tensors [B, H, N, D] of one 16-bit dtype (made contiguous here, so views are fine). The
-    forward runs the library's choice (forward_stage()) and keeps O and the LSE for the backward,
-    stage 13 (13d when deterministic: bitwise repeatable gradients). causal and scale as for forward().
+    forward runs the library's choice (forward_stage()) and keeps O and the LSE for the backward, the
+    library's choice too: stage 14 on an H100 or H200 at D = 64 and 128, else 13 (13d when
+    deterministic: bitwise repeatable gradients). causal and scale as for forward().
     Where q, k or v requires grad, D must be one the backward takes (32, 64, 96, 128): another D is
     refused before the forward runs, not when .backward() is called. Returns o."""
     import torch

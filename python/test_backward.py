@@ -191,7 +191,7 @@ def test_backward_head_dims_refused_before_loading(monkeypatch):
 
 
 def test_backward_head_dims_agree_with_the_registry():
-    """BACKWARD_STAGES repeats suite/registry.c's head dims of 13 and 13d (attn --list-dims)."""
+    """BACKWARD_STAGES repeats suite/registry.c's head dims of 13, 13d, 14 and 14d (attn --list-dims)."""
     for stage, entry in fa.BACKWARD_STAGES.items():
         assert registry_dims(stage) == entry[0], (stage, entry[0])
 
@@ -251,7 +251,8 @@ def test_c_refusals_name_the_argument():
     expect(call(ws_bytes=call.need - 1), 1, "workspace_bytes: stage 13 needs at least %d for this problem "
            "(attn_backward_workspace_bytes) (got %d)" % (call.need, call.need - 1))
     expect(call(deterministic=1), 2, "deterministic: stage 13 sums dQ by atomic adds")
-    expect(call(stage="09"), 1, "stage: must be NULL (the fastest this GPU runs) or one of 13, 13d (got \"09\")")
+    expect(call(stage="09"), 1,
+           "stage: must be NULL (the fastest this GPU runs) or one of 14, 13, 13d, 14d (got \"09\")")
     expect(call(dq=call.ptr["q"]), 1, "dq and q: an output must not share memory with an input or with another output")
 
 

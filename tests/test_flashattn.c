@@ -335,11 +335,23 @@ Test(flashattn, the_backward_stage_and_its_workspace) {
     EXPECT_REFUSAL(attn_backward(&a, "13", NULL), ATTN_EUNSUPPORTED,
                    "H_kv: stage 13 takes H_kv == H only (got 2 of 8)");
     EXPECT_REFUSAL(attn_backward(&a, "09", NULL), ATTN_EINVAL,
-                   "stage: must be NULL (the fastest this GPU runs) or one of 13, 13d");
+                   "stage: must be NULL (the fastest this GPU runs) or one of 14, 13, 13d, 14d");
+    /* stage 14's own limits, asked before any CUDA call */
+    a = bwd_args(1, 2, 64, 96);
+    EXPECT_REFUSAL(attn_backward_workspace_bytes(&a, "14", &bytes), ATTN_EUNSUPPORTED,
+                   "D: the backward (stage 14) takes head dims 64, 128 (got 96)");
+    a = bwd_args(1, 2, 64, 64);
+    cr_assert_eq(attn_backward_workspace_bytes(&a, "14d", &bytes), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(bytes, stage13_workspace_bytes(&a.p), "one workspace layout for 13 and 14");
+    a.deterministic = 1;
+    EXPECT_REFUSAL(attn_backward(&a, "14", NULL), ATTN_EUNSUPPORTED,
+                   "deterministic: stage 14 sums dQ by atomic adds, whose order changes from run to run "
+                   "(13d and 14d are deterministic)");
 }
 
 /* The stage a call without a name gets, GPU by GPU (ATTN_FAKE_SM answers for the device, no GPU
- * needed): 09 on sm_90 where it takes the problem, else 06; the backward 13, or 13d. */
+ * needed): 09 on sm_90 where it takes the problem, else 06; the backward 14 on sm_90 where it takes
+ * the problem, else 13; 13d when deterministic (14d, slower, by name only). */
 static const char *forward_stage_on(const char *sm, int64_t D, int with_lse) {
     setenv("ATTN_FAKE_SM", sm, 1);
     attn_forward_args a = fwd_args(2, 4, 100, D);
@@ -366,10 +378,28 @@ Test(flashattn, the_choice_follows_the_gpu) {
     attn_backward_args b = bwd_args(2, 4, 100, 64);
     const char *id = NULL;
     cr_assert_eq(attn_backward_stage(&b, NULL, &id), ATTN_OK, "%s", attn_last_error());
-    cr_assert_str_eq(id, "13");
+    cr_assert_str_eq(id, "14");
+    b.p.D = 96;
+    cr_assert_eq(attn_backward_stage(&b, NULL, &id), ATTN_OK, "%s", attn_last_error());
+    cr_assert_str_eq(id, "13", "14 lacks D = 96");
+    b.p.D = 128;
+    setenv("ATTN_FAKE_SM", "80", 1);
+    cr_assert_eq(attn_backward_stage(&b, NULL, &id), ATTN_OK, "%s", attn_last_error());
+    cr_assert_str_eq(id, "13", "sm_90a code runs on sm_90 alone");
+    setenv("ATTN_FAKE_SM", "90", 1);
+    b.p.D = 256; /* no backward takes it: the broadest one, 13, says why */
+    cr_assert_neq(attn_backward_stage(&b, NULL, &id), ATTN_OK);
+    cr_assert(strstr(attn_last_error(), "D: the backward (stage 13) takes head dims"), "%s",
+              attn_last_error());
+    b.p.D = 64;
     b.deterministic = 1;
     cr_assert_eq(attn_backward_stage(&b, NULL, &id), ATTN_OK, "%s", attn_last_error());
-    cr_assert_str_eq(id, "13d");
+    cr_assert_str_eq(id, "13d", "14d is slower than 13d: by name only");
+    b.p.D = 256;
+    cr_assert_neq(attn_backward_stage(&b, NULL, &id), ATTN_OK);
+    cr_assert(strstr(attn_last_error(), "D: the backward (stage 13) takes head dims"), "%s",
+              attn_last_error());
+    b.p.D = 64;
     size_t bytes = 0;
     cr_assert_eq(attn_backward_workspace_bytes(&b, NULL, &bytes), ATTN_OK, "%s", attn_last_error());
     cr_assert_eq(bytes, stage13_workspace_bytes(&b.p));
@@ -377,7 +407,7 @@ Test(flashattn, the_choice_follows_the_gpu) {
 
 /* The library's stages take the head dims and GPUs the registry says they do: every registered stage
  * the library knows by name, at every D from 1 to 256 and on GPUs from sm_70 to sm_120. The library
- * must know 06 and 09 (the forward it picks) and 13 and 13d (its backward). */
+ * must know 06 and 09 (the forward it picks) and 13, 13d, 14 and 14d (its backward). */
 Test(flashattn, the_stages_agree_with_the_registry) {
     static const char *const sms[] = {"70", "75", "80", "86", "89", "90", "100", "120"};
     int known = 0;
@@ -393,7 +423,8 @@ Test(flashattn, the_stages_agree_with_the_registry) {
         if ((forward ? attn_forward_stage(&a, s->id, &id) : attn_backward_stage(&b, s->id, &id)) != ATTN_OK &&
             strstr(attn_last_error(), "stage: must be NULL"))
             continue; /* not one of the library's */
-        known += !strcmp(s->id, "06") + !strcmp(s->id, "09") + !strcmp(s->id, "13") + !strcmp(s->id, "13d");
+        known += !strcmp(s->id, "06") + !strcmp(s->id, "09") + !strcmp(s->id, "13") + !strcmp(s->id, "13d") +
+                 !strcmp(s->id, "14") + !strcmp(s->id, "14d");
         for (int64_t D = 1; D <= ATTN_MAX_D; D++) {
             a.p.D = b.p.D = D;
             const int takes = (forward ? attn_forward_stage(&a, s->id, &id)
@@ -414,7 +445,7 @@ Test(flashattn, the_stages_agree_with_the_registry) {
                          runs ? "runs it" : "does not", registry ? "does" : "does not", attn_last_error());
         }
     }
-    cr_assert_eq(known, 4, "the library lacks 06, 09, 13 or 13d");
+    cr_assert_eq(known, 6, "the library lacks 06, 09, 13, 13d, 14 or 14d");
 }
 
 /* ---- on the GPU ----------------------------------------------------------------------------------- */
