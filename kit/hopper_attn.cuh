@@ -352,11 +352,19 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
  * keys_per_tile(D, causal, N)), then the stage's own launch<BF16, D, CAUSAL> for the problem's dtype,
  * mask and head dim. One copy here, so that a stage's file holds only its kernel and how it is
  * launched. HOP_STAGE_ENTRY is for a stage whose Bc depends on the head dim only (its bc_for());
- * a stage that chooses Bc per problem defines keys_per_tile() and ends with HOP_STAGE_ENTRY_PER_PROBLEM. */
-#define HOP_STAGE_ENTRY(run_fn, id)                                                                          \
+ * a stage that chooses Bc per problem defines keys_per_tile() and ends with HOP_STAGE_ENTRY_PER_PROBLEM.
+ * The _FOR forms take `bf16`: 0 builds the fp16 kernels only (the road steps of stages 08 and 09,
+ * which the registry lists as fp16: half the kernels to compile) and refuses bf16. */
+/* A macro's value as a string literal: the name of a recipe file's kernel (stage 08's and 09's road
+ * steps name theirs with a #define), for a launch's messages. */
+#define HOP_STR(x) HOP_STR_(x)
+#define HOP_STR_(x) #x
+#define HOP_STAGE_ENTRY(run_fn, id) HOP_STAGE_ENTRY_FOR(run_fn, id, 1)
+#define HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id) HOP_STAGE_ENTRY_PER_PROBLEM_FOR(run_fn, id, 1)
+#define HOP_STAGE_ENTRY_FOR(run_fn, id, bf16)                                                                \
     static int keys_per_tile(int d, int, int64_t) { return bc_for(d); }                                      \
-    HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id)
-#define HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id)                                                              \
+    HOP_STAGE_ENTRY_PER_PROBLEM_FOR(run_fn, id, bf16)
+#define HOP_STAGE_ENTRY_PER_PROBLEM_FOR(run_fn, id, bf16)                                                    \
     template <int BF16, int CAUSAL>                                                                          \
     static attn_status launch_for_dim(int64_t D, const hop_attn_params *kp, cudaStream_t s) {                \
         switch (D) {                                                                                         \
@@ -367,15 +375,22 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
         return attn_fail(ATTN_EUNSUPPORTED, "stage " id " supports head dim 64, 128, 256 (got %lld)",        \
                          (long long)D);                                                                      \
     }                                                                                                        \
+    template <int TAKES_BF16>                                                                                \
+    static attn_status launch_for_dtype(const attn_problem *pr, const hop_attn_params *kp, cudaStream_t s) { \
+        if constexpr (TAKES_BF16) {                                                                          \
+            if (pr->dtype == ATTN_BF16)                                                                      \
+                return pr->causal ? launch_for_dim<1, 1>(pr->D, kp, s) : launch_for_dim<1, 0>(pr->D, kp, s); \
+        } else if (pr->dtype != ATTN_F16) {                                                                  \
+            return attn_fail(ATTN_EUNSUPPORTED, "stage " id " (a road step) runs fp16 only");                \
+        }                                                                                                    \
+        return pr->causal ? launch_for_dim<0, 1>(pr->D, kp, s) : launch_for_dim<0, 0>(pr->D, kp, s);         \
+    }                                                                                                        \
     extern "C" attn_status run_fn(const attn_problem *pr, const attn_args *a) {                              \
         hop_attn_params kp;                                                                                  \
         attn_status st =                                                                                     \
             hop_attn_setup(&kp, pr, a, br_for((int)pr->D), keys_per_tile((int)pr->D, pr->causal, pr->N));    \
         if (st != ATTN_OK) return st;                                                                        \
-        const cudaStream_t s = (cudaStream_t)a->stream;                                                      \
-        if (pr->dtype == ATTN_BF16)                                                                          \
-            return pr->causal ? launch_for_dim<1, 1>(pr->D, &kp, s) : launch_for_dim<1, 0>(pr->D, &kp, s);   \
-        return pr->causal ? launch_for_dim<0, 1>(pr->D, &kp, s) : launch_for_dim<0, 0>(pr->D, &kp, s);       \
+        return launch_for_dtype<bf16>(pr, &kp, (cudaStream_t)a->stream);                                     \
     }
 
 #endif
