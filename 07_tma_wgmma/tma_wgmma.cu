@@ -91,35 +91,21 @@ static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const s
 }
 
 /*
- * One key tile (the it-th visited, tile j, in ring slot hop_ring_at(it)), for one warpgroup: wait for K_j,
- * S = Q K^T, mask (MASK tiles only), online softmax, O *= alpha, wait for V_j, O += P V. Each wgmma
- * batch is waited for at once: the tensor cores idle while the softmax runs (stage 09's subject).
- * Then every thread of the block is done with the buffer, and thread 0 refills it with the tile
- * visited `stages` steps later.
+ * One key tile (the it-th visited, tile j, in ring slot hop_ring_at(it)), for one warpgroup
+ * (hop_key_tile, kit/hopper_attn.cuh): wait for K_j, S = Q K^T, mask (MASK tiles only), online softmax,
+ * O *= alpha, wait for V_j, O += P V. Each wgmma batch is waited for at once: the tensor cores idle
+ * while the softmax runs (stage 09's subject). Then every thread of the block is done with the buffer,
+ * and thread 0 refills it with the tile visited `stages` steps later.
  */
 template <int BF16, int D, int CAUSAL, int MASK>
 static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
                                                 hop_rows<D> *r, int it, int j, int row0, int bh,
                                                 int n_tiles) {
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D);
+    constexpr int BC = bc_for(D);
     const hop_ring_state st = hop_ring_at<STAGES>(it);
-    float s[BC / 2], alpha[2];
-    uint32_t pf[BC / 16][4];
-
-    hop_ring_wait_full(sm->k_bar, st);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + (threadIdx.x >> 7) * 64 * 128, sm->k + st.index * KV,
-                                 p->negate_q);
-    hop_wgmma_wait<0>();
-    hop_settle(s);
-    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
-    hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
-    hop_pack_p<BF16, BC>(s, pf);
-    hop_rescale_o<D>(r->o, alpha);
-    hop_ring_wait_full(sm->v_bar, st);
-    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + st.index * KV);
-    hop_wgmma_wait<0>();
-    hop_settle(r->o);
-
+    hop_key_tile<BF16, D, BR, BC, CAUSAL, MASK>(p, sm->q + (threadIdx.x >> 7) * 64 * 128, sm->k, sm->v,
+                                                sm->k_bar, sm->v_bar, st, r, j, row0, hop_no_window(), 0,
+                                                hop_no_release());
     __syncthreads(); /* both warpgroups are done with K_j and V_j */
     if (threadIdx.x == 0 && it + STAGES < n_tiles) load_kv<D>(p, sm, st, j - STAGES, bh); /* into st's slot */
 }

@@ -9,10 +9,10 @@
  *
  * Run: build/attn --stage 08b --batch 4 --heads 32 --seq 4096 --dim 128 --check
  */
-#define WS_ID "08b"
-#define WS_RUN stage08b_run
-#define WS_BF16 0
-#define WS_KERNEL ws_deeper_ring_kernel
+#define ROAD_ID "08b"
+#define ROAD_RUN stage08b_run
+#define ROAD_BF16 0
+#define ROAD_KERNEL ws_deeper_ring_kernel
 #define WS_DEEPER_RING 1
 #define WS_PAIRS 0
 #define WS_CAUSAL_PAIRS 0

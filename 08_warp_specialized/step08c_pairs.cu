@@ -13,10 +13,10 @@
  *
  * Run: build/attn --stage 08c --batch 4 --heads 32 --seq 4096 --dim 128 --check
  */
-#define WS_ID "08c"
-#define WS_RUN stage08c_run
-#define WS_BF16 0
-#define WS_KERNEL ws_pairs_kernel
+#define ROAD_ID "08c"
+#define ROAD_RUN stage08c_run
+#define ROAD_BF16 0
+#define ROAD_KERNEL ws_pairs_kernel
 #define WS_DEEPER_RING 1
 #define WS_PAIRS 1
 #define WS_CAUSAL_PAIRS 0

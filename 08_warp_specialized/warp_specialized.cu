@@ -6,10 +6,10 @@
  * Run it:    build/attn --stage 08 --batch 4 --heads 32 --seq 4096 --dim 128 --check
  * Read it:   sh tools/stage_diff.sh --show 08      (the kernel with this recipe applied)
  */
-#define WS_ID "08"
-#define WS_RUN stage08_run
-#define WS_BF16 1
-#define WS_KERNEL warp_specialized_kernel
+#define ROAD_ID "08"
+#define ROAD_RUN stage08_run
+#define ROAD_BF16 1
+#define ROAD_KERNEL warp_specialized_kernel
 #define WS_DEEPER_RING 1
 #define WS_PAIRS 1
 #define WS_CAUSAL_PAIRS 1

@@ -139,30 +139,6 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
     return s;
 }
 
-#if WS_CAUSAL_PAIRS
-/* The tile visited at step `it`: the tiles shared with the other block of the pair from the last down
- * to 0, then this block's own (causal: the diagonal tile of the pair's later row block). */
-static __device__ __forceinline__ int tile_at(int it, int shared) {
-    return it < shared ? shared - 1 - it : it;
-}
-
-#endif
-#if WS_PAIRS
-/* PAIR: a block may leave once both blocks' consumers have released the last shared use of every
- * buffer: the other block then holds every copy this block sent it, and none of its arrivals is still
- * on its way here (a phase completes only after the one before). Its own tiles past the shared ones
- * (causal) it computes alone, while this block's SM takes other work. */
-template <int D>
-static __device__ __forceinline__ void wait_pair_released(const smem_layout *sm, int shared) {
-    constexpr int S = stages_for(D);
-    for (int b = 0; b < S && b < shared; ++b) { /* buffer b's last shared tile */
-        const hop_ring_state st = hop_ring_last_use<S>(b, shared);
-        hop_ring_wait_released(sm->k_bar, st);
-        hop_ring_wait_released(sm->v_bar, st);
-    }
-}
-
-#endif
 /*
  * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
  * order. Each use of a buffer but the first waits until the consumers have released the one before
@@ -177,36 +153,29 @@ template <int D>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
                                                int n_tiles, int bh) {
 #endif
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    constexpr int BC = bc_for(D), S = stages_for(D);
     hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), BR, q0, bh);
-    for (int it = 0; it < n_tiles; ++it) {
-        const hop_ring_state st = hop_ring_at<S>(it);
-#if WS_CAUSAL_PAIRS
-        const int j = tile_at(it, shared);
-#else
-        const int j = n_tiles - 1 - it; /* from the last tile down: the masked ones come first */
-#endif
-        hop_ring_wait_empty(sm->k_bar, st);
+    for (int it = 0; it < n_tiles; ++it)
 #if WS_PAIRS
-        hop_load_kv_tile<D, BC, PAIR>(sm->k + st.index * KV, &p->k_map, hop_ring_full(sm->k_bar, st), j * BC,
-                                      bh, rank, it < shared);
-        hop_ring_wait_empty(sm->v_bar, st);
-        hop_load_kv_tile<D, BC, PAIR>(sm->v + st.index * KV, &p->v_map, hop_ring_full(sm->v_bar, st), j * BC,
-                                      bh, rank, it < shared);
-    }
-    if (PAIR) wait_pair_released<D>(sm, shared);
+#if WS_CAUSAL_PAIRS
+        hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
+                                    hop_pair_tile_at(it, shared), bh, rank, it < shared);
 #else
-        hop_load_tile<D>(sm->k + st.index * KV, &p->k_map, hop_ring_full(sm->k_bar, st), BC, j * BC, bh);
-        hop_ring_wait_empty(sm->v_bar, st);
-        hop_load_tile<D>(sm->v + st.index * KV, &p->v_map, hop_ring_full(sm->v_bar, st), BC, j * BC, bh);
-    }
+        hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
+                                    n_tiles - 1 - it, bh, rank, 1);
+#endif
+    if (PAIR) hop_ring_wait_pair_released<S>(sm->k_bar, sm->v_bar, shared);
+#else
+        /* from the last tile down (the masked ones first), whole tiles: rank and `shared` are for pairs */
+        hop_produce_kv<D, BC, 0>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it), n_tiles - 1 - it,
+                                 bh, 0, 0);
 #endif
 }
 
 /*
- * One key tile for one consumer warpgroup: wait for K_j, S = Q K^T, release K_j, mask (MASK tiles only),
- * online softmax, O *= alpha, wait for V_j, O += P V, release V_j. As in stage 07 each wgmma batch is
- * waited for at once; what is gone is the block-wide barrier.
+ * One key tile for one consumer warpgroup (hop_key_tile): wait for K_j, S = Q K^T, release K_j, mask
+ * (MASK tiles only), online softmax, O *= alpha, wait for V_j, O += P V, release V_j. As in stage 07
+ * each wgmma batch is waited for at once; what is gone is the block-wide barrier.
  */
 #if WS_PAIRS
 template <int BF16, int D, int CAUSAL, int PAIR, int MASK>
@@ -218,42 +187,13 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
                                                 hop_rows<D> *r, int it, int j, int wg, int row0) {
     constexpr int PAIR = 0, shared = 0; /* hop_ring_release: one arrival a thread, this block's barrier */
 #endif
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
+    constexpr int BC = bc_for(D), S = stages_for(D);
     const hop_ring_state st = hop_ring_at<S>(it);
-    float s[BC / 2], alpha[2];
-    uint32_t pf[BC / 16][4];
-
-    hop_ring_wait_full(sm->k_bar, st);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + st.index * KV, p->negate_q);
-    hop_wgmma_wait<0>();
-    hop_settle(s);
-    hop_ring_release<PAIR>(sm->k_bar, st, shared);
-    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
-    hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
-    hop_pack_p<BF16, BC>(s, pf);
-    hop_rescale_o<D>(r->o, alpha);
-    hop_ring_wait_full(sm->v_bar, st);
-    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + st.index * KV);
-    hop_wgmma_wait<0>();
-    hop_settle(r->o);
-    hop_ring_release<PAIR>(sm->v_bar, st, shared);
+    hop_key_tile<BF16, D, BR, BC, CAUSAL, MASK>(p, sm->q + wg * 64 * 128, sm->k, sm->v, sm->k_bar, sm->v_bar,
+                                                st, r, j, row0, hop_no_window(), 0,
+                                                hop_ring_releaser<PAIR>{shared});
 }
 
-#if WS_PAIRS
-/* A pair's block past N (Tr odd) computes nothing; its consumers only pass each tile on, so that the
- * other block's producer may refill the buffers it shares. */
-template <int D> static __device__ __forceinline__ void pass_tiles(const smem_layout *sm, int n_tiles) {
-    constexpr int S = stages_for(D);
-    for (int it = 0; it < n_tiles; ++it) {
-        const hop_ring_state st = hop_ring_at<S>(it);
-        hop_ring_wait_full(sm->k_bar, st);
-        hop_ring_release<1>(sm->k_bar, st, 1);
-        hop_ring_wait_full(sm->v_bar, st);
-        hop_ring_release<1>(sm->v_bar, st, 1);
-    }
-}
-
-#endif
 /* A consumer warpgroup's whole row block: the masked tiles first, then the plain ones (a causal pair:
  * of the tiles it shares; then this block's own, masked), then O and LSE. */
 #if WS_PAIRS
@@ -267,7 +207,7 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
                                                hop_key_range kr, int shared, int wg, int q0, int64_t bh) {
 #endif
     if (PAIR && q0 >= p->n) {
-        pass_tiles<D>(sm, kr.n_tiles);
+        hop_ring_pass<stages_for(D)>(sm->k_bar, sm->v_bar, kr.n_tiles); /* a block past N */
         return;
     }
 #else
@@ -309,10 +249,10 @@ extern __shared__ __align__(1024) unsigned char smem_raw[];
 template <int BF16, int D, int CAUSAL>
 __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
 #if WS_O_BY_TMA
-    WS_KERNEL(const __grid_constant__ hop_attn_o_params op) {
+    ROAD_KERNEL(const __grid_constant__ hop_attn_o_params op) {
     const hop_attn_params &p = op.a;
 #else
-    WS_KERNEL(const __grid_constant__ hop_attn_params p) {
+    ROAD_KERNEL(const __grid_constant__ hop_attn_params p) {
 #endif
 #if WS_PAIRS
     constexpr int BC = bc_for(D), S = stages_for(D), PAIR = pairs_for(D, CAUSAL);
@@ -374,16 +314,17 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
 template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
 #if WS_O_BY_TMA
-    void (*kern)(const hop_attn_o_params) = WS_KERNEL<BF16, D, CAUSAL>;
+    void (*kern)(const hop_attn_o_params) = ROAD_KERNEL<BF16, D, CAUSAL>;
     hop_attn_o_params op = {};
     op.a = *kp;
     attn_status st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64); /* one warpgroup's rows */
-    if (st != ATTN_OK || (st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " WS_ID)) != ATTN_OK)
+    if (st != ATTN_OK ||
+        (st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " ROAD_ID)) != ATTN_OK)
         return st;
     void *args = &op;
 #else
-    void (*kern)(const hop_attn_params) = WS_KERNEL<BF16, D, CAUSAL>;
-    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " WS_ID);
+    void (*kern)(const hop_attn_params) = ROAD_KERNEL<BF16, D, CAUSAL>;
+    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " ROAD_ID);
     if (st != ATTN_OK) return st;
 #if WS_PAIRS
     void *args = (void *)kp;
@@ -396,23 +337,23 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
     if (!pairs_for(D, CAUSAL))
         return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, args,
-                          "stage " WS_ID " kernel (" HOP_STR(WS_KERNEL) ")");
+                          "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ")");
     int fit = 0;
     if ((st = hop_pair_clusters_fit((const void *)kern, THREADS, smem_bytes(D),
-                                    "stage " WS_ID "'s D = 128 kernel", &fit)) != ATTN_OK)
+                                    "stage " ROAD_ID "'s D = 128 kernel", &fit)) != ATTN_OK)
         return st;
     return hop_launch_pairs((const void *)kern, grid, THREADS, smem_bytes(D), stream, args,
-                            "stage " WS_ID " kernel (" HOP_STR(WS_KERNEL) ", clusters of two)");
+                            "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ", clusters of two)");
 #else
     dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
     return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
-                      "stage " WS_ID " kernel (" HOP_STR(WS_KERNEL) ")");
+                      "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ")");
 #endif
 }
 
 #if WS_PAIRS
-HOP_STAGE_ENTRY_PER_PROBLEM_FOR(WS_RUN, WS_ID, WS_BF16)
+HOP_STAGE_ENTRY_PER_PROBLEM_FOR(ROAD_RUN, ROAD_ID, ROAD_BF16)
 #else
-HOP_STAGE_ENTRY_FOR(WS_RUN, WS_ID, WS_BF16)
+HOP_STAGE_ENTRY_FOR(ROAD_RUN, ROAD_ID, ROAD_BF16)
 #endif

@@ -110,6 +110,29 @@ static __device__ __forceinline__ void hop_load_kv_tile(uint32_t dst, const CUte
     for (int half = 0; half < 2; ++half) hop_load_tile_part<D>(dst, map, bar, BC, half * (BC / 2), key0, bh);
 }
 
+/* The tile a block of a pair visits at step `it` (stage 08 and 09's road; `shared`: the tiles both
+ * blocks visit): the shared ones from the last down to 0, so that shared tile j fills the same ring slot
+ * in both blocks, then this block's own (causal: the diagonal tile of the pair's later row block). */
+static __device__ __forceinline__ int hop_pair_tile_at(int it, int shared) {
+    return it < shared ? shared - 1 - it : it;
+}
+
+/* K_j and V_j into ring position st (the producer's one thread, stages 08 and 09): each waits until the
+ * consumers have released its buffer's previous use (hop_ring_wait_empty), then loads it on the
+ * buffer's full barrier; k_tile, v_tile: the buffers of slot 0 (slot s at + s * the tile's bytes). */
+template <int D, int BC, int PAIR>
+static __device__ __forceinline__ void
+hop_produce_kv(const hop_attn_params *p, uint32_t k_tile, uint32_t v_tile, hop_ring_bars k_bar,
+               hop_ring_bars v_bar, hop_ring_state st, int j, int bh, unsigned rank, int shared) {
+    constexpr int KV = hop_tile_bytes(BC, D);
+    hop_ring_wait_empty(k_bar, st);
+    hop_load_kv_tile<D, BC, PAIR>(k_tile + st.index * KV, &p->k_map, hop_ring_full(k_bar, st), j * BC, bh,
+                                  rank, shared);
+    hop_ring_wait_empty(v_bar, st);
+    hop_load_kv_tile<D, BC, PAIR>(v_tile + st.index * KV, &p->v_map, hop_ring_full(v_bar, st), j * BC, bh,
+                                  rank, shared);
+}
+
 /* This block's rank in its pair (its 2-block cluster), 0 for a single block: the half of a shared K/V
  * tile its producer loads (hop_load_kv_tile) and, in stage 09, which row block of the pair's unit it
  * computes (work_units.h's pair_item). */
@@ -251,6 +274,54 @@ static __device__ __forceinline__ void hop_rescale_o(float (&o)[D / 2], const fl
             o[4 * c + 2 * h] *= alpha[h];
             o[4 * c + 2 * h + 1] *= alpha[h];
         }
+}
+
+/* No-op hooks of hop_key_tile: no ping-pong window around a GEMM (07, 08), no release of a buffer (07) */
+struct hop_no_window {
+    __device__ __forceinline__ void open() const {}
+    __device__ __forceinline__ void close(int) const {}
+};
+struct hop_no_release {
+    __device__ __forceinline__ void operator()(hop_ring_bars, hop_ring_state) const {}
+};
+
+/*
+ * One key tile (the tile in ring position st, tile j) for one warpgroup, each wgmma batch waited for at
+ * once, as stages 07 and 08 and 09's first road step run it: wait for K_j, S = Q K^T, release K_j, mask
+ * (MASK tiles only), online softmax, O *= alpha, wait for V_j, O += P V, release V_j. The tensor cores
+ * idle while the softmax runs (stage 09's subject). Hooks: `window` brackets the issue of each GEMM
+ * (09a's ping-pong: open() waits for the token, close(last) hands it on, but for the block's last
+ * window); `release(bars, st)` tells the producer that the buffer was read (08, 09a; 07 refills it
+ * after a __syncthreads instead). q_rows: the warpgroup's rows of the Q tile; k_ring, v_ring: the
+ * rings' buffer 0 (slot s at + s * the tile's bytes).
+ */
+template <int BF16, int D, int BR, int BC, int CAUSAL, int MASK, class Window, class Release>
+static __device__ __forceinline__ void
+hop_key_tile(const hop_attn_params *p, uint32_t q_rows, uint32_t k_ring, uint32_t v_ring, hop_ring_bars k_bar,
+             hop_ring_bars v_bar, hop_ring_state st, hop_rows<D> *r, int j, int row0, Window window, int last,
+             Release release) {
+    constexpr int KV = hop_tile_bytes(BC, D);
+    float s[BC / 2], alpha[2];
+    uint32_t pf[BC / 16][4];
+
+    hop_ring_wait_full(k_bar, st);
+    window.open();
+    hop_issue_s<BF16, D, BR, BC>(s, q_rows, k_ring + st.index * KV, p->negate_q);
+    window.close(0);
+    hop_wgmma_wait<0>();
+    hop_settle(s);
+    release(k_bar, st);
+    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
+    hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
+    hop_pack_p<BF16, BC>(s, pf);
+    hop_rescale_o<D>(r->o, alpha);
+    hop_ring_wait_full(v_bar, st);
+    window.open();
+    hop_issue_pv<BF16, D, BC>(r->o, pf, v_ring + st.index * KV);
+    window.close(last);
+    hop_wgmma_wait<0>();
+    hop_settle(r->o);
+    release(v_bar, st);
 }
 
 /* Epilogue: l summed over the quad (each thread holds a quarter of its row's sum), then O / l stored

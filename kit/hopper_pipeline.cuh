@@ -121,6 +121,42 @@ static __device__ __forceinline__ void hop_ring_release(hop_ring_bars b, hop_rin
     hop_release_kv<PER_WARP>(hop_ring_empty(b, st), remote);
 }
 
+/* hop_key_tile's release (hopper_attn.cuh) for a ring with empty barriers: hop_ring_release. */
+template <int PER_WARP> struct hop_ring_releaser {
+    int remote;
+    __device__ __forceinline__ void operator()(hop_ring_bars b, hop_ring_state st) const {
+        hop_ring_release<PER_WARP>(b, st, remote);
+    }
+};
+
+/* Pairs of blocks (a 2-block cluster sharing each K/V tile: stage 08, and 09's road before its
+ * persistent grid). A block may leave once both blocks' consumers have released the last shared use of
+ * every buffer: the other block then holds every copy this block sent it, and none of its arrivals is
+ * still on its way here (a phase completes only after the one before). Tiles past the `shared` ones
+ * (causal: the later block's diagonal) it computes alone, while the leaving block's SM takes other
+ * work. The producer waits here before it exits. */
+template <int S>
+static __device__ __forceinline__ void hop_ring_wait_pair_released(hop_ring_bars k, hop_ring_bars v,
+                                                                   int shared) {
+    for (int b = 0; b < S && b < shared; ++b) { /* buffer b's last shared tile */
+        const hop_ring_state st = hop_ring_last_use<S>(b, shared);
+        hop_ring_wait_released(k, st);
+        hop_ring_wait_released(v, st);
+    }
+}
+/* A pair's block past N (Tr odd) computes nothing; its consumers only pass each tile on, so that the
+ * other block's producer may refill the buffers they share. */
+template <int S>
+static __device__ __forceinline__ void hop_ring_pass(hop_ring_bars k, hop_ring_bars v, int n_tiles) {
+    for (int it = 0; it < n_tiles; ++it) {
+        const hop_ring_state st = hop_ring_at<S>(it);
+        hop_ring_wait_full(k, st);
+        hop_ring_release<1>(k, st, 1);
+        hop_ring_wait_full(v, st);
+        hop_ring_release<1>(v, st, 1);
+    }
+}
+
 /*
  * The barriers of a block's pipeline, made once by thread 0 and shown to every thread (PAIR: to both
  * blocks of the cluster, whose copies and arrivals reach this block's barriers) before any copy: the
