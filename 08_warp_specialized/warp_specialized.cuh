@@ -74,45 +74,47 @@
  * producer gives back 80 - 24 = 56 of its 128 threads' each; the consumers take them: 80 + 56 x 128 / 256
  * = 108, 104 rounded down to 8 (setmaxnreg's unit).
  */
-static constexpr int BR = 128, THREADS = 384, CONSUMERS = 256;
-static constexpr int PRODUCER_REGS = 24;
-/* Br is 128 at every head dim here (stage 09 varies it) */
-static __host__ __device__ constexpr int br_for(int) { return BR; }
-static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
+/* Warpgroup 0 produces; consumers_for() warpgroups of 64 query rows compute: Br is 128 at every head
+ * dim here (stage 09 varies it) */
+static __host__ __device__ constexpr int consumers_for(int) { return 2; }
+static __host__ __device__ constexpr int br_for(int d) { return 64 * consumers_for(d); }
+static __host__ __device__ constexpr int threads_for(int d) { return 128 * (1 + consumers_for(d)); }
 #if WS_DEEPER_RING
 static __host__ __device__ constexpr int stages_for(int d) { return d == 64 ? 4 : 2; }
 #else
 static __host__ __device__ constexpr int stages_for(int) { return 2; } /* stage 07's ring */
 #endif
+/* __launch_bounds__'s minimum blocks per SM */
+static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
+static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
 #if WS_PAIRS
 /* D = 128: pairs of blocks share each K/V tile (a 2-block cluster, TMA multicast); the maps' K/V boxes
  * are then half tiles. D = 64 and 256 keep single blocks: in stage 09, pairs gained nothing that its
  * run-to-run swings did not cover there (D = 64: 0 to +1%; D = 256: -0.2 to +1.3%).
  * WARP_SPECIALIZED_NO_PAIRS builds D = 128 without pairs, to time the split of roles alone. */
-#ifndef WARP_SPECIALIZED_NO_PAIRS
-#define WARP_SPECIALIZED_NO_PAIRS 0 /* -DWARP_SPECIALIZED_NO_PAIRS defines it as 1 */
-#endif
-#if WS_CAUSAL_PAIRS
-static __host__ __device__ constexpr int pairs_for(int d, int) {
-    return d == 128 && !WARP_SPECIALIZED_NO_PAIRS;
-}
+static __host__ __device__ constexpr int pairs_for(int d) {
+#ifdef WARP_SPECIALIZED_NO_PAIRS
+    return 0 * d;
 #else
-static __host__ __device__ constexpr int pairs_for(int d, int causal) {
-    return d == 128 && !causal && !WARP_SPECIALIZED_NO_PAIRS; /* a causal pair's blocks visit unequal tiles */
+    return d == 128;
+#endif
 }
+#if WS_CAUSAL_PAIRS
+static int use_pairs(int d, int) { return pairs_for(d); }
+#else
+static int use_pairs(int d, int causal) { return pairs_for(d) && !causal; } /* causal: unequal tiles */
 #endif
-static int keys_per_tile(int d, int causal, int64_t) { return bc_for(d) / (pairs_for(d, causal) ? 2 : 1); }
+static int keys_per_tile(int d, int causal, int64_t) { return bc_for(d) / (use_pairs(d, causal) ? 2 : 1); }
 #endif
-/* __launch_bounds__'s minimum blocks per SM */
-static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
 /* setmaxnreg's claim for the consumers: 240 with the SM to one block, 104 with two (tiles table) */
+static constexpr int PRODUCER_REGS = 24;
 static __host__ __device__ constexpr int consumer_regs_for(int d) {
-    return hop_consumer_regs(THREADS, blocks_per_sm(d), PRODUCER_REGS);
+    return hop_consumer_regs(threads_for(d), blocks_per_sm(d), PRODUCER_REGS);
 }
 static_assert(consumer_regs_for(64) == 104 && consumer_regs_for(128) == 240, "tiles table above");
 /* Q, the K ring, the V ring, 1 + 4 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
-    return hop_tile_bytes(BR, d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
            8 * (1 + 4 * stages_for(d)) + 1024;
 }
 
@@ -128,7 +130,7 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
     constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
     smem_layout s;
     s.q = base;
-    s.k = s.q + hop_tile_bytes(BR, D);
+    s.k = s.q + hop_tile_bytes(br_for(D), D);
     s.v = s.k + S * KV;
     s.q_bar.full = s.v + S * KV;
     s.k_bar.full = s.q_bar.full + 8;
@@ -141,36 +143,36 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
 
 /*
  * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
- * order. Each use of a buffer but the first waits until the consumers have released the one before
- * (hop_ring_wait_empty).
+ * order (hop_produce_kv: each use of a buffer but the first waits until the consumers have released
+ * the one before).
  */
 #if WS_PAIRS
-template <int D, int PAIR>
+template <int D, int BC, int PAIR>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
                                                int n_tiles, int shared, int bh, unsigned rank) {
-#else
-template <int D>
-static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
-                                               int n_tiles, int bh) {
-#endif
-    constexpr int BC = bc_for(D), S = stages_for(D);
-    hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), BR, q0, bh);
+    constexpr int S = stages_for(D);
+    hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), br_for(D), q0, bh);
     for (int it = 0; it < n_tiles; ++it)
-#if WS_PAIRS
 #if WS_CAUSAL_PAIRS
         hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
                                     hop_pair_tile_at(it, shared), bh, rank, it < shared);
 #else
         hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
-                                    n_tiles - 1 - it, bh, rank, 1);
+                                    n_tiles - 1 - it, bh, rank, it < shared);
 #endif
     if (PAIR) hop_ring_wait_pair_released<S>(sm->k_bar, sm->v_bar, shared);
+}
 #else
-        /* from the last tile down (the masked ones first), whole tiles: rank and `shared` are for pairs */
+template <int D>
+static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
+                                               int n_tiles, int bh) {
+    constexpr int BC = bc_for(D), S = stages_for(D);
+    hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), br_for(D), q0, bh);
+    for (int it = 0; it < n_tiles; ++it) /* from the last tile down (the masked ones first), whole tiles */
         hop_produce_kv<D, BC, 0>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it), n_tiles - 1 - it,
                                  bh, 0, 0);
-#endif
 }
+#endif
 
 /*
  * One key tile for one consumer warpgroup (hop_key_tile): wait for K_j, S = Q K^T, release K_j, mask
@@ -178,39 +180,38 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
  * each wgmma batch is waited for at once; what is gone is the block-wide barrier.
  */
 #if WS_PAIRS
-template <int BF16, int D, int CAUSAL, int PAIR, int MASK>
+template <int BF16, int D, int BC, int CAUSAL, int PAIR, int MASK>
 static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
                                                 hop_rows<D> *r, int it, int j, int wg, int row0, int shared) {
 #else
 template <int BF16, int D, int CAUSAL, int MASK>
 static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
                                                 hop_rows<D> *r, int it, int j, int wg, int row0) {
-    constexpr int PAIR = 0, shared = 0; /* hop_ring_release: one arrival a thread, this block's barrier */
+    constexpr int BC = bc_for(D), PAIR = 0, shared = 0; /* releases: one arrival a thread, this block's */
 #endif
-    constexpr int BC = bc_for(D), S = stages_for(D);
+    constexpr int S = stages_for(D);
     const hop_ring_state st = hop_ring_at<S>(it);
-    hop_key_tile<BF16, D, BR, BC, CAUSAL, MASK>(p, sm->q + wg * 64 * 128, sm->k, sm->v, sm->k_bar, sm->v_bar,
-                                                st, r, j, row0, hop_no_window(), 0,
-                                                hop_ring_releaser<PAIR>{shared});
+    hop_key_tile<BF16, D, br_for(D), BC, CAUSAL, MASK>(p, sm->q + wg * 64 * 128, sm->k, sm->v, sm->k_bar,
+                                                       sm->v_bar, st, r, j, row0, hop_no_window(), 0,
+                                                       hop_ring_releaser<PAIR>{shared});
 }
 
-/* A consumer warpgroup's whole row block: the masked tiles first, then the plain ones (a causal pair:
- * of the tiles it shares; then this block's own, masked), then O and LSE. */
 #if WS_PAIRS
-template <int BF16, int D, int CAUSAL, int PAIR>
+/* A consumer warpgroup's row block: the tiles it shares with the other block of a pair (all of them,
+ * but for a causal pair's later block) from the last down, masked ones first, then this block's own
+ * (masked), then O and LSE. */
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
 #if WS_O_BY_TMA
-static __device__ __forceinline__ void consume(const hop_attn_o_params *op, const smem_layout *sm,
-                                               hop_key_range kr, int shared, int wg, int q0, int64_t bh) {
+static __device__ __forceinline__ void consume_item(const hop_attn_o_params *op, const smem_layout *sm,
+                                                    int q0, int64_t bh, int wg, hop_key_range kr,
+                                                    int shared) {
     const hop_attn_params *p = &op->a;
 #else
-static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm,
-                                               hop_key_range kr, int shared, int wg, int q0, int64_t bh) {
+static __device__ __forceinline__ void consume_item(const hop_attn_params *p, const smem_layout *sm, int q0,
+                                                    int64_t bh, int wg, hop_key_range kr, int shared) {
 #endif
-    if (PAIR && q0 >= p->n) {
-        hop_ring_pass<stages_for(D)>(sm->k_bar, sm->v_bar, kr.n_tiles); /* a block past N */
-        return;
-    }
 #else
+/* A consumer warpgroup's row block: the masked tiles first, then the plain ones, then O and LSE. */
 template <int BF16, int D, int CAUSAL>
 static __device__ __forceinline__ void consume(const hop_attn_params *p, const smem_layout *sm,
                                                hop_key_range kr, int wg, int q0, int64_t bh) {
@@ -221,11 +222,11 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
     hop_ring_wait_full(sm->q_bar, hop_ring_at<1>(0));
 #if WS_PAIRS
     int it = 0, j = shared - 1;
-    for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 1);
-    for (; j >= 0; --j, ++it) key_tile<BF16, D, CAUSAL, PAIR, 0>(p, sm, &r, it, j, wg, row0, 1);
+    for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, BC, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 1);
+    for (; j >= 0; --j, ++it) key_tile<BF16, D, BC, CAUSAL, PAIR, 0>(p, sm, &r, it, j, wg, row0, 1);
 #if WS_CAUSAL_PAIRS
     for (j = shared; j < kr.n_tiles; ++j, ++it)
-        key_tile<BF16, D, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 0);
+        key_tile<BF16, D, BC, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 0);
 #endif
 #else
     int it = 0, j = kr.n_tiles - 1;
@@ -234,56 +235,81 @@ static __device__ __forceinline__ void consume(const hop_attn_params *p, const s
 #endif
 #if WS_O_BY_TMA
     /* O leaves through the copy engine, staged in this warpgroup's rows of the Q tile (region k of the
-     * tile at + k * Br rows x 128 bytes), which its last S = Q K^T no longer reads. The block exits as
-     * soon as the engine has read the staging, without waiting for the global writes. */
-    hop_store_o_through_tma<BF16, D, hop_tile_bytes(BR, 64)>(op, sm->q + wg * hop_tile_bytes(64, 64), &r, bh,
-                                                             q0, wg, HOP_BAR_O_STAGING + wg);
-    if ((threadIdx.x & 127) == 0) hop_tma_store_wait_read();
+     * tile at + k * Br rows x 128 bytes), which its last S = Q K^T no longer reads. */
+    hop_store_o_through_tma<BF16, D, hop_tile_bytes(br_for(D), 64)>(op, sm->q + wg * hop_tile_bytes(64, 64),
+                                                                    &r, bh, q0, wg, HOP_BAR_O_STAGING + wg);
 #else
     hop_store_o_lse<BF16, D>(p, &r, bh, row0);
 #endif
 }
 
+#if WS_PAIRS
+/* A consumer warpgroup: a pair's block past N only passes the tiles on (hop_ring_pass). */
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
+#if WS_O_BY_TMA
+static __device__ __forceinline__ void consume(const hop_attn_o_params *op, const smem_layout *sm, int wg,
+                                               int q0, int64_t bh, hop_key_range kr, int shared) {
+    if (PAIR && q0 >= op->a.n) {
+#else
+static __device__ __forceinline__ void consume(const hop_attn_params *op, const smem_layout *sm, int wg,
+                                               int q0, int64_t bh, hop_key_range kr, int shared) {
+    if (PAIR && q0 >= op->n) {
+#endif
+        hop_ring_pass<stages_for(D)>(sm->k_bar, sm->v_bar, kr.n_tiles);
+        return;
+    }
+    consume_item<BF16, D, BC, CAUSAL, PAIR>(op, sm, q0, bh, wg, kr, shared);
+#if WS_O_BY_TMA
+    /* the block exits once the engine has read the staging, without waiting for the global writes */
+    if ((threadIdx.x & 127) == 0) hop_tma_store_wait_read();
+#endif
+}
+
+#endif
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
-template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
+#if WS_PAIRS
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
+__global__ void __launch_bounds__(threads_for(D), blocks_per_sm(D))
 #if WS_O_BY_TMA
     ROAD_KERNEL(const __grid_constant__ hop_attn_o_params op) {
     const hop_attn_params &p = op.a;
 #else
     ROAD_KERNEL(const __grid_constant__ hop_attn_params p) {
+    const hop_attn_params &op = p;
 #endif
-#if WS_PAIRS
-    constexpr int BC = bc_for(D), S = stages_for(D), PAIR = pairs_for(D, CAUSAL);
+    constexpr int S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
     /* arrivals that free a K/V buffer: every consumer thread; PAIR: every consumer warp of both blocks */
     constexpr int KV_READERS = PAIR ? 2 * CONSUMERS / 32 : CONSUMERS;
     int mb;
     const int64_t bh = hop_block_head<CAUSAL, PAIR + 1>(&p, &mb); /* pairs: units of two row blocks */
     if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole clusters, no barrier skipped */
 #else
-    constexpr int BC = bc_for(D), S = stages_for(D), KV_READERS = CONSUMERS; /* arrivals that free a buffer */
+template <int BF16, int D, int CAUSAL>
+__global__ void __launch_bounds__(threads_for(D), blocks_per_sm(D))
+    ROAD_KERNEL(const __grid_constant__ hop_attn_params p) {
+    constexpr int BC = bc_for(D), S = stages_for(D), CONSUMERS = 128 * consumers_for(D);
+    constexpr int KV_READERS = CONSUMERS; /* arrivals that free a K/V buffer: every consumer thread */
     int mb;
     const int64_t bh = hop_block_head<CAUSAL, 1>(&p, &mb);
     if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
 #endif
-    const int q0 = mb * BR;
+    const int q0 = mb * br_for(D);
     const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
-    const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p.n);
+    const hop_key_range kr = hop_key_tiles<br_for(D), BC, CAUSAL>(q0, p.n);
 #if WS_PAIRS
 #if WS_CAUSAL_PAIRS
     /* the tiles the other block of the pair (row block mb ^ 1) visits too */
     const int shared =
-        PAIR ? min(kr.n_tiles, hop_key_tiles<BR, BC, CAUSAL>((mb ^ 1) * BR, p.n).n_tiles) : kr.n_tiles;
+        PAIR ? min(kr.n_tiles, hop_key_tiles<br_for(D), BC, CAUSAL>((mb ^ 1) * br_for(D), p.n).n_tiles)
+             : kr.n_tiles;
 #else
     const int shared = kr.n_tiles; /* non-causal: both blocks of a pair visit every tile */
 #endif
-#endif
-
-#if WS_PAIRS
     /* PAIR: the other block's barriers must exist before our copies or arrivals reach them */
     hop_pipeline_init<S, PAIR>(sm.q_bar, 0, sm.k_bar, sm.v_bar, KV_READERS);
 #else
+
     hop_pipeline_init<S, 0>(sm.q_bar, 0, sm.k_bar, sm.v_bar, KV_READERS);
 #endif
     const int wg = (int)(threadIdx.x >> 7);
@@ -291,69 +317,78 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0)
 #if WS_PAIRS
-            produce<D, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, hop_pair_rank<PAIR>());
+            produce<D, BC, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, hop_pair_rank<PAIR>());
 #else
             produce<D>(&p, &sm, q0, kr.n_tiles, (int)bh);
 #endif
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
-#if WS_O_BY_TMA
-        consume<BF16, D, CAUSAL, PAIR>(&op, &sm, kr, shared, wg - 1, q0, bh);
-#else
 #if WS_PAIRS
-        consume<BF16, D, CAUSAL, PAIR>(&p, &sm, kr, shared, wg - 1, q0, bh);
+        consume<BF16, D, BC, CAUSAL, PAIR>(&op, &sm, wg - 1, q0, bh, kr, shared);
 #else
         consume<BF16, D, CAUSAL>(&p, &sm, kr, wg - 1, q0, bh);
-#endif
 #endif
     }
 }
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 
-template <int BF16, int D, int CAUSAL>
-static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+#if WS_PAIRS
+/* A block per row block (kit/grid_order.h); pairs at D = 128 as clusters of two. */
+template <int BF16, int D, int BC, int CAUSAL, int PAIR>
+static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) {
 #if WS_O_BY_TMA
-    void (*kern)(const hop_attn_o_params) = ROAD_KERNEL<BF16, D, CAUSAL>;
+    void (*kern)(const hop_attn_o_params) = ROAD_KERNEL<BF16, D, BC, CAUSAL, PAIR>;
     hop_attn_o_params op = {};
     op.a = *kp;
     attn_status st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64); /* one warpgroup's rows */
     if (st != ATTN_OK ||
         (st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " ROAD_ID)) != ATTN_OK)
         return st;
-    void *args = &op;
 #else
+    void (*kern)(const hop_attn_params) = ROAD_KERNEL<BF16, D, BC, CAUSAL, PAIR>;
+    hop_attn_params op = *kp;
+    attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " ROAD_ID);
+    if (st != ATTN_OK) return st;
+#endif
+    const unsigned tr = (unsigned)((kp->n + br_for(D) - 1) / br_for(D));
+    dim3 grid(PAIR ? (tr + 1u) & ~1u : tr, (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
+              (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
+    if (!PAIR)
+        return hop_launch((const void *)kern, grid, threads_for(D), smem_bytes(D), stream, (void *)&op,
+                          "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ")");
+    int fit = 0;
+    if ((st = hop_pair_clusters_fit((const void *)kern, threads_for(D), smem_bytes(D),
+                                    "stage " ROAD_ID "'s D = 128 kernel", &fit)) != ATTN_OK)
+        return st;
+    return hop_launch_pairs((const void *)kern, grid, threads_for(D), smem_bytes(D), stream, (void *)&op,
+                            "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ", clusters of two)");
+}
+template <int BF16, int D, int CAUSAL>
+static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
+#if WS_CAUSAL_PAIRS
+    if constexpr (pairs_for(D))
+#else
+    if constexpr (pairs_for(D) && !CAUSAL)
+#endif
+        return launch_tiles<BF16, D, bc_for(D), CAUSAL, 1>(kp, stream);
+    else
+        return launch_tiles<BF16, D, bc_for(D), CAUSAL, 0>(kp, stream);
+}
+
+HOP_STAGE_ENTRY_PER_PROBLEM_FOR(ROAD_RUN, ROAD_ID, ROAD_BF16)
+#else
+template <int BF16, int D, int CAUSAL>
+static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = ROAD_KERNEL<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage " ROAD_ID);
     if (st != ATTN_OK) return st;
-#if WS_PAIRS
-    void *args = (void *)kp;
-#endif
-#endif
-#if WS_PAIRS
-    const unsigned tr = (unsigned)((kp->n + BR - 1) / BR);
-    dim3 grid(pairs_for(D, CAUSAL) ? (tr + 1u) & ~1u : tr,
+    dim3 grid((unsigned)((kp->n + br_for(D) - 1) / br_for(D)),
               (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
-    if (!pairs_for(D, CAUSAL))
-        return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, args,
-                          "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ")");
-    int fit = 0;
-    if ((st = hop_pair_clusters_fit((const void *)kern, THREADS, smem_bytes(D),
-                                    "stage " ROAD_ID "'s D = 128 kernel", &fit)) != ATTN_OK)
-        return st;
-    return hop_launch_pairs((const void *)kern, grid, THREADS, smem_bytes(D), stream, args,
-                            "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ", clusters of two)");
-#else
-    dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
-              (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
-    return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
+    return hop_launch((const void *)kern, grid, threads_for(D), smem_bytes(D), stream, (void *)kp,
                       "stage " ROAD_ID " kernel (" HOP_STR(ROAD_KERNEL) ")");
-#endif
 }
 
-#if WS_PAIRS
-HOP_STAGE_ENTRY_PER_PROBLEM_FOR(ROAD_RUN, ROAD_ID, ROAD_BF16)
-#else
 HOP_STAGE_ENTRY_FOR(ROAD_RUN, ROAD_ID, ROAD_BF16)
 #endif

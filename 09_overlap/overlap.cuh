@@ -707,10 +707,9 @@ static attn_status launch_tiles(const hop_attn_params *kp, cudaStream_t stream) 
     void (*kern)(const hop_attn_o_params) = ROAD_KERNEL<BF16, D, BC, CAUSAL, PAIR>;
     hop_attn_o_params op = {};
     op.a = *kp;
-    attn_status st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64); /* one warpgroup's rows */
-    if (st != ATTN_OK ||
-        (st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage " ROAD_ID)) != ATTN_OK)
-        return st;
+    attn_status st;
+    if ((st = hop_tensor_map(&op.o_map, kp->o, kp->bh, kp->n, D, 64)) != ATTN_OK) return st; /* a WG's rows */
+    if ((st = hop_smem_opt_in((const void *)kern, smem_bytes(D, BC), "stage " ROAD_ID)) != ATTN_OK) return st;
     const unsigned tr = (unsigned)((kp->n + br_for(D) - 1) / br_for(D));
     dim3 grid(PAIR ? (tr + 1u) & ~1u : tr, (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
