@@ -74,14 +74,9 @@ typedef struct {
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
     constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
-    smem_layout s;
-    s.q = base;
-    s.k = s.q + hop_tile_bytes(br_for(D), D);
-    s.v = s.k + S * KV;
-    s.q_bar.full = s.v + S * KV;
-    s.k_bar.full = s.q_bar.full + 8;
-    s.v_bar.full = s.k_bar.full + 8 * S;
-    s.q_bar.empty = s.k_bar.empty = s.v_bar.empty = 0;
+    smem_layout s; /* full barriers only */
+    hop_pipeline_smem<S>(base, hop_tile_bytes(br_for(D), D), KV, &s.q, &s.k, &s.v, &s.q_bar, &s.k_bar,
+                         &s.v_bar, 0);
     return s;
 }
 

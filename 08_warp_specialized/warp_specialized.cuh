@@ -92,13 +92,10 @@ static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 :
  * are then half tiles. D = 64 and 256 keep single blocks: in stage 09, pairs gained nothing that its
  * run-to-run swings did not cover there (D = 64: 0 to +1%; D = 256: -0.2 to +1.3%).
  * WARP_SPECIALIZED_NO_PAIRS builds D = 128 without pairs, to time the split of roles alone. */
-static __host__ __device__ constexpr int pairs_for(int d) {
-#ifdef WARP_SPECIALIZED_NO_PAIRS
-    return 0 * d;
-#else
-    return d == 128;
+#ifndef WARP_SPECIALIZED_NO_PAIRS
+#define WARP_SPECIALIZED_NO_PAIRS 0 /* -DWARP_SPECIALIZED_NO_PAIRS defines it as 1 */
 #endif
-}
+static __host__ __device__ constexpr int pairs_for(int d) { return d == 128 && !WARP_SPECIALIZED_NO_PAIRS; }
 #if WS_CAUSAL_PAIRS
 static int use_pairs(int d, int) { return pairs_for(d); }
 #else
@@ -128,41 +125,18 @@ typedef struct {
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
     constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
-    smem_layout s;
-    s.q = base;
-    s.k = s.q + hop_tile_bytes(br_for(D), D);
-    s.v = s.k + S * KV;
-    s.q_bar.full = s.v + S * KV;
-    s.k_bar.full = s.q_bar.full + 8;
-    s.v_bar.full = s.k_bar.full + 8 * S;
-    s.k_bar.empty = s.v_bar.full + 8 * S;
-    s.v_bar.empty = s.k_bar.empty + 8 * S;
-    s.q_bar.empty = 0;
+    smem_layout s; /* empty barriers for K and V; Q's has none */
+    hop_pipeline_smem<S>(base, hop_tile_bytes(br_for(D), D), KV, &s.q, &s.k, &s.v, &s.q_bar, &s.k_bar,
+                         &s.v_bar, 1);
     return s;
 }
 
+#if !WS_PAIRS
 /*
  * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
  * order (hop_produce_kv: each use of a buffer but the first waits until the consumers have released
- * the one before).
+ * the one before). Pairs (08c on) call the kit's hop_produce_row_block instead.
  */
-#if WS_PAIRS
-template <int D, int BC, int PAIR>
-static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
-                                               int n_tiles, int shared, int bh, unsigned rank) {
-    constexpr int S = stages_for(D);
-    hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), br_for(D), q0, bh);
-    for (int it = 0; it < n_tiles; ++it)
-#if WS_CAUSAL_PAIRS
-        hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
-                                    hop_pair_tile_at(it, shared), bh, rank, it < shared);
-#else
-        hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
-                                    n_tiles - 1 - it, bh, rank, it < shared);
-#endif
-    if (PAIR) hop_ring_wait_pair_released<S>(sm->k_bar, sm->v_bar, shared);
-}
-#else
 template <int D>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
                                                int n_tiles, int bh) {
@@ -317,7 +291,9 @@ __global__ void __launch_bounds__(threads_for(D), blocks_per_sm(D))
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0)
 #if WS_PAIRS
-            produce<D, BC, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, hop_pair_rank<PAIR>());
+            hop_produce_row_block<D, br_for(D), BC, S, PAIR>(&p, sm.q, sm.q_bar, sm.k, sm.v, sm.k_bar,
+                                                             sm.v_bar, q0, kr.n_tiles, shared, (int)bh,
+                                                             hop_pair_rank<PAIR>());
 #else
             produce<D>(&p, &sm, q0, kr.n_tiles, (int)bh);
 #endif

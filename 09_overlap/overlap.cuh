@@ -4,9 +4,9 @@
  * recipe, #define lines then #include of this file, whose `#if OV_...` regions the recipe decides; the
  * bits are taken in this order (other combinations are not built):
  *   09a  stage 08 + ping-pong: the consumer warpgroups take turns on the tensor cores   (every bit 0)
- *   09b  + OV_PIPELINE        softmax j under O += P_(j-1) V_(j-1) (a software pipeline)
- *   09c  + OV_LAZY            O *= alpha only when a row's max moves by more than 2^8
- *   09d  + OV_THREE_WG        three consumer warpgroups at D = 64 (192 x 128 tiles, one block an SM)
+ *   09b  + OV_THREE_WG        three consumer warpgroups at D = 64 (192 x 128 tiles, one block an SM)
+ *   09c  + OV_PIPELINE        softmax j under O += P_(j-1) V_(j-1) (a software pipeline)
+ *   09d  + OV_LAZY            O *= alpha only when a row's max moves by more than 2^8
  *   09e  + OV_WIDE_TILES      80-key tiles at D = 256; 128 or 192 at D = 128, chosen per problem
  *   09f  + OV_WARP_RELEASE    one empty-barrier arrival a warp where the ring has two stages
  *   09g  + OV_OWN_STAGING     O staged in a buffer of its own (or stored from registers), not in Q
@@ -68,7 +68,8 @@
  *   128   128 x 192   2             2        32 + 2 x (48 + 48)      = 224 KB   96 +  64 + 48 (240)
  *   256   128 x 80    2             2        64 + 2 x (40 + 40)      = 224 KB   40 + 128 + 20 (240)
  * Warpgroup 0 is the producer; consumer warpgroup c (1..W) owns rows 64(c-1) .. 64c-1 of the Q tile.
- * (Road steps 09a-09c take stage 08's tiles: 128 x 64 at D = 64, two blocks an SM, and at D = 256.)
+ * (Road step 09a takes stage 08's tiles: 128 x 64 at D = 64, two blocks an SM; 09a-09d 64 keys at
+ * D = 256. The pipeline of 09c needs 09b's registers at D = 64: with 104 a consumer it spilled.)
  *
  * The tile shape per head dim (README.md's road table has what each choice measured). D = 64 runs
  * three consumer warpgroups (Br = 192): its GEMMs are short next to its exponentials, so two
@@ -212,20 +213,13 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     s.v = s.k + S * KV;
 #if OV_OWN_STAGING
     s.o_staging = s.v + S * KV;
-    s.q_bar.full = s.o_staging + o_staging_bytes(D, BC);
-#else
-    s.q_bar.full = s.v + S * KV;
-#endif
-    s.k_bar.full = s.q_bar.full + 8;
-    s.v_bar.full = s.k_bar.full + 8 * S;
 #if OV_PERSISTENT
-    s.q_bar.empty = s.v_bar.full + 8 * S;
-    s.k_bar.empty = s.q_bar.empty + 8;
-    s.v_bar.empty = s.k_bar.empty + 8 * S;
+    hop_pipeline_bars<S>(s.o_staging + o_staging_bytes(D, BC), &s.q_bar, &s.k_bar, &s.v_bar, 1, 1);
 #else
-    s.k_bar.empty = s.v_bar.full + 8 * S;
-    s.v_bar.empty = s.k_bar.empty + 8 * S;
-    s.q_bar.empty = 0;
+    hop_pipeline_bars<S>(s.o_staging + o_staging_bytes(D, BC), &s.q_bar, &s.k_bar, &s.v_bar, 1, 0);
+#endif
+#else
+    hop_pipeline_bars<S>(s.v + S * KV, &s.q_bar, &s.k_bar, &s.v_bar, 1, 0); /* Q's: no empty barrier */
 #endif
     return s;
 }
@@ -293,20 +287,6 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
                 hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it), j, bh,
                                             rank, w.shared_kv);
         }
-}
-#else
-/* The producer (one thread), for the block's one row block, as in stage 08: Q, then K_j and V_j in
- * visiting order (a pair's shared tiles first: hop_pair_tile_at); a pair's block then waits until the
- * other has released every tile it sent (hop_ring_wait_pair_released). */
-template <int D, int BC, int PAIR>
-static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
-                                               int n_tiles, int shared, int bh, unsigned rank) {
-    constexpr int S = stages_for(D);
-    hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), br_for(D), q0, bh);
-    for (int it = 0; it < n_tiles; ++it)
-        hop_produce_kv<D, BC, PAIR>(p, sm->k, sm->v, sm->k_bar, sm->v_bar, hop_ring_at<S>(it),
-                                    hop_pair_tile_at(it, shared), bh, rank, it < shared);
-    if (PAIR) hop_ring_wait_pair_released<S>(sm->k_bar, sm->v_bar, shared);
 }
 #endif
 
@@ -515,7 +495,7 @@ static __device__ __forceinline__ void consume_item(const hop_attn_o_params *op,
         pipeline_step<BF16, D, BC, CAUSAL, 1, PAIR>(p, sm, &r, &pv, it, j, wg, row0, shared);
     for (; j >= 0; --j, ++it)
         pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0, shared);
-    for (j = shared; j < kr.n_tiles; ++j, ++it) /* then this block's own, masked */
+    for (j = shared; PAIR && j < kr.n_tiles; ++j, ++it) /* then a causal pair's own tile, masked */
         pipeline_step<BF16, D, BC, CAUSAL, 1, PAIR>(p, sm, &r, &pv, it, j, wg, row0, shared);
     pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, qs, wg, last, shared);
 #endif
@@ -527,7 +507,7 @@ static __device__ __forceinline__ void consume_item(const hop_attn_o_params *op,
     for (; j >= 0; --j, ++it)
         key_tile<BF16, D, BC, CAUSAL, PAIR, 0>(p, sm, &r, it, j, wg, row0, 1,
                                                last && (int)it == it0 + kr.n_tiles - 1);
-    for (j = shared; j < kr.n_tiles; ++j, ++it)
+    for (j = shared; PAIR && j < kr.n_tiles; ++j, ++it)
         key_tile<BF16, D, BC, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 0,
                                                last && (int)it == it0 + kr.n_tiles - 1);
 #endif
@@ -645,7 +625,9 @@ __global__ void __launch_bounds__(threads_for(D), blocks_per_sm(D))
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            produce<D, BC, PAIR>(&p, &sm, q0, kr.n_tiles, shared, (int)bh, hop_pair_rank<PAIR>());
+            hop_produce_row_block<D, br_for(D), BC, S, PAIR>(&p, sm.q, sm.q_bar, sm.k, sm.v, sm.k_bar,
+                                                             sm.v_bar, q0, kr.n_tiles, shared, (int)bh,
+                                                             hop_pair_rank<PAIR>());
     } else {
         hop_regs_claim<consumer_regs_for(D)>();
 #if OV_NONCAUSAL_PAIRS
@@ -746,10 +728,13 @@ template <int BF16, int D, int CAUSAL>
 static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
 #if OV_NONCAUSAL_PAIRS
     if constexpr (!CAUSAL && pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
-#else
-    if constexpr (pairs_for(D)) return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
-#endif
     return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
+#else
+    if constexpr (pairs_for(D))
+        return launch_bc<BF16, D, CAUSAL, 1>(kp, stream);
+    else
+        return launch_bc<BF16, D, CAUSAL, 0>(kp, stream);
+#endif
 }
 
 HOP_STAGE_ENTRY_PER_PROBLEM_FOR(ROAD_RUN, ROAD_ID, ROAD_BF16)

@@ -16,7 +16,7 @@ extern "C" {
 /* head dim 64, 128, 256; fp16 and bf16; writes LSE; no workspace; launches on a->stream. */
 attn_status stage09_run(const attn_problem *p, const attn_args *a);
 /* The road from stage 08 to stage 09 (fp16, head dim 64, 128, 256; step09*.cu): 09a 08 + ping-pong,
- * 09b + softmax under P V, 09c + lazy rescale, 09d + 3 consumer warpgroups at D = 64, 09e + wider key
+ * 09b + 3 consumer warpgroups at D = 64, 09c + softmax under P V, 09d + lazy rescale, 09e + wider key
  * tiles (80 at D = 256, 192 at D = 128 per problem), 09f + one release a warp on 2-stage rings, 09g + O
  * staged apart from Q, 09h pairs for non-causal problems only; stage 09 adds the persistent grid. */
 attn_status stage09a_run(const attn_problem *p, const attn_args *a);
@@ -30,9 +30,9 @@ attn_status stage09h_run(const attn_problem *p, const attn_args *a);
 
 /* The bytes stage 09 moves (traffic.c): 192-row tiles at D = 64, pairs at D = 128 non-causal. */
 attn_bytes stage09_bytes(const attn_problem *p, int gpus);
-/* The road's (traffic.c): 09a-09c move stage 08's bytes, 09d three-warpgroup tiles at D = 64 with
+/* The road's (traffic.c): 09a moves stage 08's bytes, 09b-09d three-warpgroup tiles at D = 64 with
  * 08's pairs (causal too), 09e-09g the same with 80-key tiles at D = 256; 09h moves stage 09's. */
-attn_bytes stage09d_bytes(const attn_problem *p, int gpus);
+attn_bytes stage09b_bytes(const attn_problem *p, int gpus);
 attn_bytes stage09e_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }

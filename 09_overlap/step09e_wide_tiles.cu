@@ -14,9 +14,9 @@
 #define ROAD_RUN stage09e_run
 #define ROAD_BF16 0
 #define ROAD_KERNEL ov_wide_tiles_kernel
+#define OV_THREE_WG 1
 #define OV_PIPELINE 1
 #define OV_LAZY 1
-#define OV_THREE_WG 1
 #define OV_WIDE_TILES 1
 #define OV_WARP_RELEASE 0
 #define OV_OWN_STAGING 0

@@ -15,12 +15,12 @@ attn_bytes stage09_bytes(const attn_problem *p, int gpus) {
     return traffic_forward_tiles(p, br, bc, 1, 1, p->D == 128 && !p->causal, 1);
 }
 
-/* The road's steps 09d to 09g, a block per row block with stage 08's pairs (D = 128, causal too): 09d
- * takes 192-row tiles at D = 64, 09e on 80-key tiles at D = 256 (09a-09c move stage 08's bytes, 09h
+/* The road's steps 09b to 09g, a block per row block with stage 08's pairs (D = 128, causal too): 09b
+ * takes 192-row tiles at D = 64, 09e on 80-key tiles at D = 256 (09a moves stage 08's bytes, 09h
  * stage 09's). */
 static attn_bytes road_bytes(const attn_problem *p, int bc_256) {
     const int br = p->D == 64 ? 192 : 128, bc = p->D == 256 ? bc_256 : 128;
     return traffic_forward_tiles(p, br, bc, 1, 1, p->D == 128, 1);
 }
-attn_bytes stage09d_bytes(const attn_problem *p, int gpus) { return road_bytes(p, 64); }
+attn_bytes stage09b_bytes(const attn_problem *p, int gpus) { return road_bytes(p, 64); }
 attn_bytes stage09e_bytes(const attn_problem *p, int gpus) { return road_bytes(p, 80); }

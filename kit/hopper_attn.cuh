@@ -133,6 +133,22 @@ hop_produce_kv(const hop_attn_params *p, uint32_t k_tile, uint32_t v_tile, hop_r
                                   rank, shared);
 }
 
+/* The producer of one row block (one thread; stage 08, and 09 before its persistent grid): Q, then K_j
+ * and V_j for each of the row block's n_tiles tiles in visiting order (hop_pair_tile_at: the `shared`
+ * tiles a pair visits first; n_tiles - 1 down to 0 where all are), and a pair's block then waits until
+ * the other has released every tile it sent (hop_ring_wait_pair_released) before it may leave. */
+template <int D, int BR, int BC, int S, int PAIR>
+static __device__ __forceinline__ void
+hop_produce_row_block(const hop_attn_params *p, uint32_t q_tile, hop_ring_bars q_bar, uint32_t k_ring,
+                      uint32_t v_ring, hop_ring_bars k_bar, hop_ring_bars v_bar, int q0, int n_tiles,
+                      int shared, int bh, unsigned rank) {
+    hop_load_tile<D>(q_tile, &p->q_map, hop_ring_full(q_bar, hop_ring_at<1>(0)), BR, q0, bh);
+    for (int it = 0; it < n_tiles; ++it)
+        hop_produce_kv<D, BC, PAIR>(p, k_ring, v_ring, k_bar, v_bar, hop_ring_at<S>(it),
+                                    hop_pair_tile_at(it, shared), bh, rank, it < shared);
+    if (PAIR) hop_ring_wait_pair_released<S>(k_bar, v_bar, shared);
+}
+
 /* This block's rank in its pair (its 2-block cluster), 0 for a single block: the half of a shared K/V
  * tile its producer loads (hop_load_kv_tile) and, in stage 09, which row block of the pair's unit it
  * computes (work_units.h's pair_item). */
