@@ -51,15 +51,19 @@
  * spills nothing. Two blocks on an SM overlap one's softmax with the other's wgmma and one's first
  * loads with the other's work, which one block of 07 cannot (its own threads wait for each step).
  */
-static constexpr int BR = 128, THREADS = 256, STAGES = 2;
-/* Br is 128 at every head dim here (stage 09 varies it) */
-static __host__ __device__ constexpr int br_for(int) { return BR; }
+/* two warpgroups, both computing, of 64 query rows each: Br is 128 at every head dim here (stage 09
+ * varies it); a ring of 2 stages */
+static __host__ __device__ constexpr int consumers_for(int) { return 2; }
+static __host__ __device__ constexpr int br_for(int d) { return 64 * consumers_for(d); }
+static __host__ __device__ constexpr int threads_for(int d) { return 128 * consumers_for(d); }
+static __host__ __device__ constexpr int stages_for(int) { return 2; }
 static __host__ __device__ constexpr int bc_for(int d) { return d == 128 ? 128 : 64; }
 /* __launch_bounds__'s minimum blocks per SM: 2 at D = 64 caps registers at 65536 / 512 = 128 */
 static __host__ __device__ constexpr int blocks_per_sm(int d) { return d == 64 ? 2 : 1; }
 /* Q, the K ring, the V ring, 1 + 2 x stages mbarriers, and 1 KB to round the base up to 1024 */
 static __host__ __device__ constexpr int smem_bytes(int d) {
-    return hop_tile_bytes(BR, d) + 2 * STAGES * hop_tile_bytes(bc_for(d), d) + 8 * (1 + 2 * STAGES) + 1024;
+    return hop_tile_bytes(br_for(d), d) + 2 * stages_for(d) * hop_tile_bytes(bc_for(d), d) +
+           8 * (1 + 2 * stages_for(d)) + 1024;
 }
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
@@ -69,15 +73,10 @@ typedef struct {
 } smem_layout;
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
-    constexpr int KV = hop_tile_bytes(bc_for(D), D);
-    smem_layout s;
-    s.q = base;
-    s.k = s.q + hop_tile_bytes(BR, D);
-    s.v = s.k + STAGES * KV;
-    s.q_bar.full = s.v + STAGES * KV;
-    s.k_bar.full = s.q_bar.full + 8;
-    s.v_bar.full = s.k_bar.full + 8 * STAGES;
-    s.q_bar.empty = s.k_bar.empty = s.v_bar.empty = 0;
+    constexpr int KV = hop_tile_bytes(bc_for(D), D), S = stages_for(D);
+    smem_layout s; /* full barriers only */
+    hop_pipeline_smem<S>(base, hop_tile_bytes(br_for(D), D), KV, &s.q, &s.k, &s.v, &s.q_bar, &s.k_bar,
+                         &s.v_bar, 0);
     return s;
 }
 
@@ -91,58 +90,43 @@ static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const s
 }
 
 /*
- * One key tile (the it-th visited, tile j, in ring slot hop_ring_at(it)), for one warpgroup: wait for K_j,
- * S = Q K^T, mask (MASK tiles only), online softmax, O *= alpha, wait for V_j, O += P V. Each wgmma
- * batch is waited for at once: the tensor cores idle while the softmax runs (stage 09's subject).
- * Then every thread of the block is done with the buffer, and thread 0 refills it with the tile
- * visited `stages` steps later.
+ * One key tile (the it-th visited, tile j, in ring slot hop_ring_at(it)), for one warpgroup
+ * (hop_key_tile, kit/hopper_attn.cuh): wait for K_j, S = Q K^T, mask (MASK tiles only), online softmax,
+ * O *= alpha, wait for V_j, O += P V. Each wgmma batch is waited for at once: the tensor cores idle
+ * while the softmax runs (stage 09's subject). Then every thread of the block is done with the buffer,
+ * and thread 0 refills it with the tile visited `stages` steps later.
  */
 template <int BF16, int D, int CAUSAL, int MASK>
 static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
                                                 hop_rows<D> *r, int it, int j, int row0, int bh,
                                                 int n_tiles) {
-    constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D);
-    const hop_ring_state st = hop_ring_at<STAGES>(it);
-    float s[BC / 2], alpha[2];
-    uint32_t pf[BC / 16][4];
-
-    hop_ring_wait_full(sm->k_bar, st);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + (threadIdx.x >> 7) * 64 * 128, sm->k + st.index * KV,
-                                 p->negate_q);
-    hop_wgmma_wait<0>();
-    hop_settle(s);
-    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
-    hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
-    hop_pack_p<BF16, BC>(s, pf);
-    hop_rescale_o<D>(r->o, alpha);
-    hop_ring_wait_full(sm->v_bar, st);
-    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + st.index * KV);
-    hop_wgmma_wait<0>();
-    hop_settle(r->o);
-
+    constexpr int BC = bc_for(D), S = stages_for(D);
+    const hop_ring_state st = hop_ring_at<S>(it);
+    hop_key_tile<BF16, D, br_for(D), BC, CAUSAL, MASK>(p, sm->q + (threadIdx.x >> 7) * 64 * 128, sm->k, sm->v,
+                                                       sm->k_bar, sm->v_bar, st, r, j, row0, hop_no_window(),
+                                                       0, hop_no_release());
     __syncthreads(); /* both warpgroups are done with K_j and V_j */
-    if (threadIdx.x == 0 && it + STAGES < n_tiles) load_kv<D>(p, sm, st, j - STAGES, bh); /* into st's slot */
+    if (threadIdx.x == 0 && it + S < n_tiles) load_kv<D>(p, sm, st, j - S, bh); /* into st's slot */
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 template <int BF16, int D, int CAUSAL>
-__global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
+__global__ void __launch_bounds__(threads_for(D), blocks_per_sm(D))
     tma_wgmma_kernel(const __grid_constant__ hop_attn_params p) {
-    constexpr int BC = bc_for(D);
+    constexpr int BC = bc_for(D), S = stages_for(D);
     int mb;
     const int64_t bh = hop_block_head<CAUSAL, 1>(&p, &mb);
     if (bh < 0) return; /* the last grid.z slice may reach past B*H: whole blocks, no barrier skipped */
-    const int q0 = mb * BR;
+    const int q0 = mb * br_for(D);
     const smem_layout sm = smem_map<D>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
-    const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p.n);
+    const hop_key_range kr = hop_key_tiles<br_for(D), BC, CAUSAL>(q0, p.n);
     const int j0 = kr.n_tiles - 1; /* visited from the last tile down: the masked ones come first */
 
-    hop_pipeline_init<STAGES, 0>(sm.q_bar, 0, sm.k_bar, sm.v_bar, 0);
+    hop_pipeline_init<S, 0>(sm.q_bar, 0, sm.k_bar, sm.v_bar, 0);
     if (threadIdx.x == 0) {
-        hop_load_tile<D>(sm.q, &p.q_map, hop_ring_full(sm.q_bar, hop_ring_at<1>(0)), BR, q0, (int)bh);
-        for (int t = 0; t < STAGES && t < kr.n_tiles; ++t)
-            load_kv<D>(&p, &sm, hop_ring_at<STAGES>(t), j0 - t, (int)bh);
+        hop_load_tile<D>(sm.q, &p.q_map, hop_ring_full(sm.q_bar, hop_ring_at<1>(0)), br_for(D), q0, (int)bh);
+        for (int t = 0; t < S && t < kr.n_tiles; ++t) load_kv<D>(&p, &sm, hop_ring_at<S>(t), j0 - t, (int)bh);
     }
 
     hop_rows<D> r;
@@ -163,9 +147,10 @@ static attn_status launch(const hop_attn_params *kp, cudaStream_t stream) {
     void (*kern)(const hop_attn_params) = tma_wgmma_kernel<BF16, D, CAUSAL>;
     attn_status st = hop_smem_opt_in((const void *)kern, smem_bytes(D), "stage 07");
     if (st != ATTN_OK) return st;
-    dim3 grid((unsigned)((kp->n + BR - 1) / BR), (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
+    dim3 grid((unsigned)((kp->n + br_for(D) - 1) / br_for(D)),
+              (unsigned)(kp->bh < HOP_GRID_YZ ? kp->bh : HOP_GRID_YZ),
               (unsigned)((kp->bh + HOP_GRID_YZ - 1) / HOP_GRID_YZ));
-    return hop_launch((const void *)kern, grid, THREADS, smem_bytes(D), stream, (void *)kp,
+    return hop_launch((const void *)kern, grid, threads_for(D), smem_bytes(D), stream, (void *)kp,
                       "stage 07 kernel (tma_wgmma_kernel)");
 }
 

@@ -1,7 +1,7 @@
 /*
  * traffic.c: the bytes stage 09 moves (attn_bytes, common/stage.h; the README's "Bytes moved").
  *
- * 09's tiles (br_for, narrow_bc_for, use_pairs in overlap.cu): Br = 192 at D = 64 (three consumer
+ * 09's tiles (br_for, narrow_bc_for, use_pairs in overlap.cuh): Br = 192 at D = 64 (three consumer
  * warpgroups), 128 above; a causal block stops at its last row's key tile of Bc = 128 keys (80 at
  * D = 256); at D = 128 non-causal, pairs of blocks load each K/V tile once between them. A
  * non-causal walk reads N rows whatever its Bc (tile_keys picks 128 or 192: the padding is not read).
@@ -14,3 +14,13 @@ attn_bytes stage09_bytes(const attn_problem *p, int gpus) {
     const int br = p->D == 64 ? 192 : 128, bc = p->D == 256 ? 80 : 128;
     return traffic_forward_tiles(p, br, bc, 1, 1, p->D == 128 && !p->causal, 1);
 }
+
+/* The road's steps 09b to 09g, a block per row block with stage 08's pairs (D = 128, causal too): 09b
+ * takes 192-row tiles at D = 64, 09e on 80-key tiles at D = 256 (09a moves stage 08's bytes, 09h
+ * stage 09's). */
+static attn_bytes road_bytes(const attn_problem *p, int bc_256) {
+    const int br = p->D == 64 ? 192 : 128, bc = p->D == 256 ? bc_256 : 128;
+    return traffic_forward_tiles(p, br, bc, 1, 1, p->D == 128, 1);
+}
+attn_bytes stage09b_bytes(const attn_problem *p, int gpus) { return road_bytes(p, 64); }
+attn_bytes stage09e_bytes(const attn_problem *p, int gpus) { return road_bytes(p, 80); }

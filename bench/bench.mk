@@ -27,9 +27,10 @@
 #                              PyTorch sees a GPU)
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
-#   make fa2-road-table CSV=bench/results/bench.csv
-#                              the road's table in 06_fa2_full/README.md, from a `make bench` CSV
-#                              (bench/road_table.sh)
+#   make road-table ROAD=08 CSV=bench/results/bench.csv
+#                              a road's table in its stage's README (ROAD=06, 08 or 09: 06_fa2_full,
+#                              08_warp_specialized, 09_overlap), from a `make bench` CSV
+#                              (bench/road_table.sh); make fa2-road-table is ROAD=06
 #
 # make bench fails (make's own exit status is then 2, whatever the recipe's) when a stage FAILed its
 # check, when attn-bench refuses a flag, a shape or the CSV path (its --dry-run, the same command line
@@ -57,7 +58,7 @@ BENCH_FLAGS = $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(COLD)
 BENCH_COMMIT = $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && \
   { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 
-.PHONY: bench bench-peers plots roofline bench-results fa2-road-table
+.PHONY: bench bench-peers plots roofline bench-results fa2-road-table road-table
 
 $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -120,7 +121,11 @@ bench-results:
 	  sh bench/roofline.sh plot $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)/bench_ceilings.csv $(BENCH_RESULTS); fi
 	@sh bench/report.sh readme $(BENCH_RESULTS)/bench.csv
 
-# Needs only a CSV and awk: works on any machine.
+# Needs only a CSV, awk and build/attn (the registry's road steps; make NO_CUDA=1 builds one): works on
+# any machine.
+ROAD ?= 06
+road-table: $(ATTN)
+	@$(BENCH_PATHS) test -s "$$csv" || { echo "road-table: no CSV at $$csv (make road-table ROAD=08 CSV=path)" >&2; exit 2; }
+	ROAD=$(call sh_quote,$(ROAD)) ATTN=$(ATTN) sh bench/road_table.sh $(call sh_quote,$(CSV))
 fa2-road-table:
-	@$(BENCH_PATHS) test -s "$$csv" || { echo "fa2-road-table: no CSV at $$csv (make fa2-road-table CSV=path)" >&2; exit 2; }
-	sh bench/road_table.sh $(call sh_quote,$(CSV))
+	@$(MAKE) --no-print-directory road-table ROAD=06 CSV=$(call sh_quote,$(CSV))

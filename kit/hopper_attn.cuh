@@ -108,6 +108,45 @@ static __device__ __forceinline__ void hop_load_kv_tile(uint32_t dst, const CUte
     for (int half = 0; half < 2; ++half) hop_load_tile_part<D>(dst, map, bar, BC, half * (BC / 2), key0, bh);
 }
 
+/* The tile a block of a pair visits at step `it` (stage 08 and 09's road; `shared`: the tiles both
+ * blocks visit): the shared ones from the last down to 0, so that shared tile j fills the same ring slot
+ * in both blocks, then this block's own (causal: the diagonal tile of the pair's later row block). */
+static __device__ __forceinline__ int hop_pair_tile_at(int it, int shared) {
+    return it < shared ? shared - 1 - it : it;
+}
+
+/* K_j and V_j into ring position st (the producer's one thread, stages 08 and 09): each waits until the
+ * consumers have released its buffer's previous use (hop_ring_wait_empty), then loads it on the
+ * buffer's full barrier; k_tile, v_tile: the buffers of slot 0 (slot s at + s * the tile's bytes). */
+template <int D, int BC, int PAIR>
+static __device__ __forceinline__ void
+hop_produce_kv(const hop_attn_params *p, uint32_t k_tile, uint32_t v_tile, hop_ring_bars k_bar,
+               hop_ring_bars v_bar, hop_ring_state st, int j, int bh, unsigned rank, int shared) {
+    constexpr int KV = hop_tile_bytes(BC, D);
+    hop_ring_wait_empty(k_bar, st);
+    hop_load_kv_tile<D, BC, PAIR>(k_tile + st.index * KV, &p->k_map, hop_ring_full(k_bar, st), j * BC, bh,
+                                  rank, shared);
+    hop_ring_wait_empty(v_bar, st);
+    hop_load_kv_tile<D, BC, PAIR>(v_tile + st.index * KV, &p->v_map, hop_ring_full(v_bar, st), j * BC, bh,
+                                  rank, shared);
+}
+
+/* The producer of one row block (one thread; stage 08, and 09 before its persistent grid): Q, then K_j
+ * and V_j for each of the row block's n_tiles tiles in visiting order (hop_pair_tile_at: the `shared`
+ * tiles a pair visits first; n_tiles - 1 down to 0 where all are), and a pair's block then waits until
+ * the other has released every tile it sent (hop_ring_wait_pair_released) before it may leave. */
+template <int D, int BR, int BC, int S, int PAIR>
+static __device__ __forceinline__ void
+hop_produce_row_block(const hop_attn_params *p, uint32_t q_tile, hop_ring_bars q_bar, uint32_t k_ring,
+                      uint32_t v_ring, hop_ring_bars k_bar, hop_ring_bars v_bar, int q0, int n_tiles,
+                      int shared, int bh, unsigned rank) {
+    hop_load_tile<D>(q_tile, &p->q_map, hop_ring_full(q_bar, hop_ring_at<1>(0)), BR, q0, bh);
+    for (int it = 0; it < n_tiles; ++it)
+        hop_produce_kv<D, BC, PAIR>(p, k_ring, v_ring, k_bar, v_bar, hop_ring_at<S>(it),
+                                    hop_pair_tile_at(it, shared), bh, rank, it < shared);
+    if (PAIR) hop_ring_wait_pair_released<S>(k_bar, v_bar, shared);
+}
+
 /* This block's rank in its pair (its 2-block cluster), 0 for a single block: the half of a shared K/V
  * tile its producer loads (hop_load_kv_tile) and, in stage 09, which row block of the pair's unit it
  * computes (work_units.h's pair_item). */
@@ -251,6 +290,54 @@ static __device__ __forceinline__ void hop_rescale_o(float (&o)[D / 2], const fl
         }
 }
 
+/* No-op hooks of hop_key_tile: no ping-pong window around a GEMM (07, 08), no release of a buffer (07) */
+struct hop_no_window {
+    __device__ __forceinline__ void open() const {}
+    __device__ __forceinline__ void close(int) const {}
+};
+struct hop_no_release {
+    __device__ __forceinline__ void operator()(hop_ring_bars, hop_ring_state) const {}
+};
+
+/*
+ * One key tile (the tile in ring position st, tile j) for one warpgroup, each wgmma batch waited for at
+ * once, as stages 07 and 08 and 09's first road step run it: wait for K_j, S = Q K^T, release K_j, mask
+ * (MASK tiles only), online softmax, O *= alpha, wait for V_j, O += P V, release V_j. The tensor cores
+ * idle while the softmax runs (stage 09's subject). Hooks: `window` brackets the issue of each GEMM
+ * (09a's ping-pong: open() waits for the token, close(last) hands it on, but for the block's last
+ * window); `release(bars, st)` tells the producer that the buffer was read (08, 09a; 07 refills it
+ * after a __syncthreads instead). q_rows: the warpgroup's rows of the Q tile; k_ring, v_ring: the
+ * rings' buffer 0 (slot s at + s * the tile's bytes).
+ */
+template <int BF16, int D, int BR, int BC, int CAUSAL, int MASK, class Window, class Release>
+static __device__ __forceinline__ void
+hop_key_tile(const hop_attn_params *p, uint32_t q_rows, uint32_t k_ring, uint32_t v_ring, hop_ring_bars k_bar,
+             hop_ring_bars v_bar, hop_ring_state st, hop_rows<D> *r, int j, int row0, Window window, int last,
+             Release release) {
+    constexpr int KV = hop_tile_bytes(BC, D);
+    float s[BC / 2], alpha[2];
+    uint32_t pf[BC / 16][4];
+
+    hop_ring_wait_full(k_bar, st);
+    window.open();
+    hop_issue_s<BF16, D, BR, BC>(s, q_rows, k_ring + st.index * KV, p->negate_q);
+    window.close(0);
+    hop_wgmma_wait<0>();
+    hop_settle(s);
+    release(k_bar, st);
+    if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
+    hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
+    hop_pack_p<BF16, BC>(s, pf);
+    hop_rescale_o<D>(r->o, alpha);
+    hop_ring_wait_full(v_bar, st);
+    window.open();
+    hop_issue_pv<BF16, D, BC>(r->o, pf, v_ring + st.index * KV);
+    window.close(last);
+    hop_wgmma_wait<0>();
+    hop_settle(r->o);
+    release(v_bar, st);
+}
+
 /* Epilogue: l summed over the quad (each thread holds a quarter of its row's sum), then O / l stored
  * (rows < N only) and LSE = m2 ln 2 + ln l: l is the sum of 2^(x - m2) with x = s scale log2(e) and
  * m2 = m scale log2(e), so sum e^(scale s) = 2^m2 l. row0 is the thread's first row in the head. */
@@ -350,11 +437,19 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
  * keys_per_tile(D, causal, N)), then the stage's own launch<BF16, D, CAUSAL> for the problem's dtype,
  * mask and head dim. One copy here, so that a stage's file holds only its kernel and how it is
  * launched. HOP_STAGE_ENTRY is for a stage whose Bc depends on the head dim only (its bc_for());
- * a stage that chooses Bc per problem defines keys_per_tile() and ends with HOP_STAGE_ENTRY_PER_PROBLEM. */
-#define HOP_STAGE_ENTRY(run_fn, id)                                                                          \
+ * a stage that chooses Bc per problem defines keys_per_tile() and ends with HOP_STAGE_ENTRY_PER_PROBLEM.
+ * The _FOR forms take `bf16`: 0 builds the fp16 kernels only (the road steps of stages 08 and 09,
+ * which the registry lists as fp16: half the kernels to compile) and refuses bf16. */
+/* A macro's value as a string literal: the name of a recipe file's kernel (stage 08's and 09's road
+ * steps name theirs with a #define), for a launch's messages. */
+#define HOP_STR(x) HOP_STR_(x)
+#define HOP_STR_(x) #x
+#define HOP_STAGE_ENTRY(run_fn, id) HOP_STAGE_ENTRY_FOR(run_fn, id, 1)
+#define HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id) HOP_STAGE_ENTRY_PER_PROBLEM_FOR(run_fn, id, 1)
+#define HOP_STAGE_ENTRY_FOR(run_fn, id, bf16)                                                                \
     static int keys_per_tile(int d, int, int64_t) { return bc_for(d); }                                      \
-    HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id)
-#define HOP_STAGE_ENTRY_PER_PROBLEM(run_fn, id)                                                              \
+    HOP_STAGE_ENTRY_PER_PROBLEM_FOR(run_fn, id, bf16)
+#define HOP_STAGE_ENTRY_PER_PROBLEM_FOR(run_fn, id, bf16)                                                    \
     template <int BF16, int CAUSAL>                                                                          \
     static attn_status launch_for_dim(int64_t D, const hop_attn_params *kp, cudaStream_t s) {                \
         switch (D) {                                                                                         \
@@ -365,15 +460,22 @@ static __device__ __forceinline__ int hop_thread_row(int wg) {
         return attn_fail(ATTN_EUNSUPPORTED, "stage " id " supports head dim 64, 128, 256 (got %lld)",        \
                          (long long)D);                                                                      \
     }                                                                                                        \
+    template <int TAKES_BF16>                                                                                \
+    static attn_status launch_for_dtype(const attn_problem *pr, const hop_attn_params *kp, cudaStream_t s) { \
+        if constexpr (TAKES_BF16) {                                                                          \
+            if (pr->dtype == ATTN_BF16)                                                                      \
+                return pr->causal ? launch_for_dim<1, 1>(pr->D, kp, s) : launch_for_dim<1, 0>(pr->D, kp, s); \
+        } else if (pr->dtype != ATTN_F16) {                                                                  \
+            return attn_fail(ATTN_EUNSUPPORTED, "stage " id " (a road step) runs fp16 only");                \
+        }                                                                                                    \
+        return pr->causal ? launch_for_dim<0, 1>(pr->D, kp, s) : launch_for_dim<0, 0>(pr->D, kp, s);         \
+    }                                                                                                        \
     extern "C" attn_status run_fn(const attn_problem *pr, const attn_args *a) {                              \
         hop_attn_params kp;                                                                                  \
         attn_status st =                                                                                     \
             hop_attn_setup(&kp, pr, a, br_for((int)pr->D), keys_per_tile((int)pr->D, pr->causal, pr->N));    \
         if (st != ATTN_OK) return st;                                                                        \
-        const cudaStream_t s = (cudaStream_t)a->stream;                                                      \
-        if (pr->dtype == ATTN_BF16)                                                                          \
-            return pr->causal ? launch_for_dim<1, 1>(pr->D, &kp, s) : launch_for_dim<1, 0>(pr->D, &kp, s);   \
-        return pr->causal ? launch_for_dim<0, 1>(pr->D, &kp, s) : launch_for_dim<0, 0>(pr->D, &kp, s);       \
+        return launch_for_dtype<bf16>(pr, &kp, (cudaStream_t)a->stream);                                     \
     }
 
 #endif

@@ -121,6 +121,71 @@ static __device__ __forceinline__ void hop_ring_release(hop_ring_bars b, hop_rin
     hop_release_kv<PER_WARP>(hop_ring_empty(b, st), remote);
 }
 
+/* The barriers of a block's pipeline, 8 bytes each from `at` (after the tiles): Q's full barrier, the
+ * full barriers of K's and V's S slots, then, for rings with empty barriers (`empty`; 07's have
+ * none), Q's (`q_empty`: a Q reloaded for every work item, 09's persistent grid) and those of K and
+ * V. A barrier a ring does not have gets address 0. One layout here, so that no stage writes a
+ * barrier's address by hand. */
+template <int S>
+static __device__ __forceinline__ void hop_pipeline_bars(uint32_t at, hop_ring_bars *q, hop_ring_bars *k,
+                                                         hop_ring_bars *v, int empty, int q_empty) {
+    q->full = at;
+    k->full = q->full + 8;
+    v->full = k->full + 8 * S;
+    q->empty = q_empty ? v->full + 8 * S : 0;
+    k->empty = empty ? v->full + 8 * S + (q_empty ? 8 : 0) : 0;
+    v->empty = empty ? k->empty + 8 * S : 0;
+}
+
+/* A block's shared memory as stages 07 and 08 lay it out, from `base` (1024-aligned): the Q tile of
+ * q_bytes, the K ring and the V ring (S tiles of kv_bytes each), then the barriers
+ * (hop_pipeline_bars, `empty` as there). 09 puts its staging of O before the barriers. */
+template <int S>
+static __device__ __forceinline__ void
+hop_pipeline_smem(uint32_t base, int q_bytes, int kv_bytes, uint32_t *q, uint32_t *k, uint32_t *v,
+                  hop_ring_bars *q_bar, hop_ring_bars *k_bar, hop_ring_bars *v_bar, int empty) {
+    *q = base;
+    *k = *q + q_bytes;
+    *v = *k + S * kv_bytes;
+    hop_pipeline_bars<S>(*v + S * kv_bytes, q_bar, k_bar, v_bar, empty, 0);
+}
+
+/* hop_key_tile's release (hopper_attn.cuh) for a ring with empty barriers: hop_ring_release. */
+template <int PER_WARP> struct hop_ring_releaser {
+    int remote;
+    __device__ __forceinline__ void operator()(hop_ring_bars b, hop_ring_state st) const {
+        hop_ring_release<PER_WARP>(b, st, remote);
+    }
+};
+
+/* Pairs of blocks (a 2-block cluster sharing each K/V tile: stage 08, and 09's road before its
+ * persistent grid). A block may leave once both blocks' consumers have released the last shared use of
+ * every buffer: the other block then holds every copy this block sent it, and none of its arrivals is
+ * still on its way here (a phase completes only after the one before). Tiles past the `shared` ones
+ * (causal: the later block's diagonal) it computes alone, while the leaving block's SM takes other
+ * work. The producer waits here before it exits. */
+template <int S>
+static __device__ __forceinline__ void hop_ring_wait_pair_released(hop_ring_bars k, hop_ring_bars v,
+                                                                   int shared) {
+    for (int b = 0; b < S && b < shared; ++b) { /* buffer b's last shared tile */
+        const hop_ring_state st = hop_ring_last_use<S>(b, shared);
+        hop_ring_wait_released(k, st);
+        hop_ring_wait_released(v, st);
+    }
+}
+/* A pair's block past N (Tr odd) computes nothing; its consumers only pass each tile on, so that the
+ * other block's producer may refill the buffers they share. */
+template <int S>
+static __device__ __forceinline__ void hop_ring_pass(hop_ring_bars k, hop_ring_bars v, int n_tiles) {
+    for (int it = 0; it < n_tiles; ++it) {
+        const hop_ring_state st = hop_ring_at<S>(it);
+        hop_ring_wait_full(k, st);
+        hop_ring_release<1>(k, st, 1);
+        hop_ring_wait_full(v, st);
+        hop_ring_release<1>(v, st, 1);
+    }
+}
+
 /*
  * The barriers of a block's pipeline, made once by thread 0 and shown to every thread (PAIR: to both
  * blocks of the cluster, whose copies and arrivals reach this block's barriers) before any copy: the

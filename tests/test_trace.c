@@ -103,6 +103,24 @@ Test(diff, two_models_differ_in_code_not_in_their_header_comments) {
     cr_assert(strstr(out, "+FA2_ROAD_STEP(\"06d\", FA2_RECIPE_06D"), "a road step is one line: %s", out);
 }
 
+/* Stage 08's road steps are recipes (#define lines) over one kernel body: the diff applies each recipe
+ * to the body's #if WS_ regions, so two steps differ by the code of the idea, not by a #define. */
+Test(diff, a_recipe_is_applied_to_its_body) {
+    cr_assert_eq(stage_diff("08c 08d"), 0, "%s", out);
+    cr_assert(strstr(out, "--- 08c: 08_warp_specialized/step08c_pairs.cu\n+++ 08d: 08_warp_specialized/step08d_causal_pairs.cu"),
+              "%s", out);
+    cr_assert(strstr(out, "\n+    for (j = shared; j < kr.n_tiles; ++j, ++it)") && strstr(out, "\n+    const int shared ="),
+              "the idea: the later block's own tile, last: %s", out);
+    cr_assert(!strstr(out, "#if WS_") && !strstr(out, "#define WS_"), "no recipe left: %s", out);
+    cr_assert_eq(stage_diff("--show 08a"), 0, "%s", out);
+    cr_assert(strstr(out, "hop_produce_kv<D, BC, 0>(") && !strstr(out, "hop_produce_row_block<"),
+              "08a loads whole tiles, no pairs: %s", out);
+    cr_assert(!strstr(out, "#if WS_") && !strstr(out, "#else") && !strstr(out, "What this stage adds"), "%s", out);
+    cr_assert_eq(stage_diff("08 09a"), 0, "%s", out); /* two bodies: 08's full recipe, 09's first step */
+    cr_assert(strstr(out, "\n+template <int W> struct gemm_window {") && !strstr(out, "#if OV_"),
+              "the ping-pong: %s", out);
+}
+
 Test(diff, one_file_and_unknown_stages_are_said) {
     cr_assert_eq(stage_diff("13 13d"), 0, "%s", out);
     cr_assert(strstr(out, "are the same file, 13_backward_fa2/backward_fa2.cu"), "%s", out);
