@@ -1,7 +1,9 @@
 # tests/tests.mk: `make check` builds every tests/test_*.c into one Criterion binary and runs it.
 # GPU tests skip, with the reason, where there is no GPU or no CUDA build; the closing line counts
 # them. Criterion comes from the system (installed by tests/ensure-criterion.sh if it can). Then the
-# CPU break-it exercises run (workshop/workshop.mk; not under SAN=1, and WORKSHOP=0 leaves them out).
+# check's mutants (tests/mutants/mutants.mk: bugs planted in the CPU models must FAIL the check) and
+# the CPU break-it exercises run (workshop/workshop.mk); neither under SAN=1, and MUTANTS=0 or
+# WORKSHOP=0 leaves them out.
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(BUILD)/test_attn
@@ -25,6 +27,8 @@ PARALLEL_OMP_THREADS ?= 2
 CHECK_ENV ?= OMP_WAIT_POLICY=passive
 WORKSHOP ?= 1
 
+include tests/mutants/mutants.mk
+
 .PHONY: check test-bin
 $(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h $(TEST_CU_OBJ) $(LIB) $(ATTN)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(TEST_CU_OBJ) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
@@ -41,6 +45,10 @@ endif
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) $(TEST_BIN) $(SERIAL_CHECK_ARGS) -j1 --filter 'serial/*'
 	@echo "== every other test, in parallel"
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(PARALLEL_OMP_THREADS)} $(TEST_BIN) $(CHECK_ARGS) --filter '!(serial/*)'
+ifeq ($(MUTANTS)$(SAN),1)
+	@echo "== the check's mutants (tests/mutants/): each bug planted in a CPU model must FAIL the check"
+	+@$(MAKE) --no-print-directory mutants
+endif
 ifeq ($(WORKSHOP)$(SAN),1)
 	@echo "== the CPU break-it exercises (workshop/): each broken tree must FAIL its check"
 	+@$(MAKE) --no-print-directory workshop-check-cpu
