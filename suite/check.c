@@ -42,13 +42,15 @@
  * Why this does not weaken with N. Every term is a share of M_d (or |O_d|): the tolerance of an
  * element scales with the products it is summed from, as |O_d| does, not with the largest |v| (the rule
  * before this one had Vmax = max |v_jd| over the keys the row sees and every d where M_d stands in (b),
- * (c) and (d): about 4.5 for normal V at N = 16385, against M_d's 0.8). A stage that loses key j is off by
+ * (c) and (d): about 5 for normal V at N = 16385, against M_d's 0.8). A stage that loses key j is off by
  * p_j |v_jd - O_d|, a bug of the scale or the mask by a share of M_d of its own size. Measured on the CPU
  * models at B = H = 1, D = 64, N = 16385 (tests/mutants/): 06m without the last key's share of O passes
- * the old rule over all 16385 rows (err/tol 0.62, issue 58) and fails this one (3.76); the mutants of
- * tests/mutants/README.md each fail at N = 129, 4097 and 16385. What no bound that holds for every input
- * can see: an error under u M_d, such as one key of N lost at N = 2^20 (p_j about e^s / N); P' that round
- * the same way (repeated keys) reach (b)'s worst case, and only a statistical rule would look further.
+ * the old rule over all 16385 rows (err/tol 0.618, as issue 58 found) and fails this one (3.76); each
+ * forward mutant there fails at N = 129, 4097 and 16385. What no bound that holds for every input can
+ * see: an error under u M_d. One key of N lost moves O_d by p_j |v_jd - O_d|, with p_j = e^(s_j - m) / l
+ * about e^(s_j) / (1.65 N) for normal inputs: at N = 2^20 and s_j = 4, 1e-4 at |v_jd - O_d| = 3, under
+ * 2u M_d = 7.8e-4. P' that round the same way (repeated keys) do reach (b)'s worst case; only a
+ * statistical rule, which such inputs would break, could look further.
  * Stage 02 rounds the normalised p_j itself, so its subnormal error is min(p_j, eta), not min(p_j,
  * eta / l): covered here only while those roundings do not all go one way. For random inputs they are
  * independent, of standard deviation eta sqrt(N) rms|v| at most: 1.1e-5 rms|v| at the largest N stage
