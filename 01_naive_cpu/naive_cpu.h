@@ -23,6 +23,8 @@ attn_status naive_cpu_rows(const attn_problem *p, const uint16_t *q, const uint1
 attn_status stage01_run(const attn_problem *p, const attn_args *a);
 int stage01_supports_dim(int64_t D);
 
+/* The bytes stage 01 moves (traffic.c): Q, K, V read and O, LSE written, once each. */
+attn_bytes stage01_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,8 @@ extern "C" {
 attn_status stage04_run(const attn_problem *p, const attn_args *a);
 /* Stage 04m (online_softmax_cpu.c): the same algorithm in plain C on the CPU; host pointers. */
 attn_status stage04m_run(const attn_problem *p, const attn_args *a);
+/* The bytes stage 04 (and 04m) moves (traffic.c): K and V once per row tile. */
+attn_bytes stage04_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

@@ -51,6 +51,7 @@ static void stage04c_row_tile(const cpu_tile_params *prm, int qt, cpu_tile_scrat
             const float m_new = fmaxf(m[r], cpu_tile_row_max(s, BC));
             const float m_sub = m_new == -INFINITY ? 0.0f : m_new; /* no -inf - (-inf) */
             const float alpha = exp2f(m[r] - m_sub);
+            cpu_trace_alpha(prm, w, q0 + r, alpha);
             float rowsum = 0.0f;
             for (int c = 0; c < BC; c++) {
                 s[c] = exp2f(s[c] - m_sub);
@@ -61,6 +62,7 @@ static void stage04c_row_tile(const cpu_tile_params *prm, int qt, cpu_tile_scrat
             m[r] = m_new;
         }
         cpu_tile_pv(O, S, BR, BC, w->Vs, 0, D);
+        cpu_trace_tile(prm, w, q0, BR, m, l, O, key0, BC, CPU_LN2); /* --trace-row */
     }
 
     cpu_tile_store_o(prm->o, O, l, q0, BR, N, D, prm->dtype);

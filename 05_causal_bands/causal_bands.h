@@ -11,6 +11,8 @@ extern "C" {
 attn_status stage05_run(const attn_problem *p, const attn_args *a);
 /* Stage 05m (causal_bands_cpu.c): the same algorithm in plain C on the CPU; host pointers. */
 attn_status stage05m_run(const attn_problem *p, const attn_args *a);
+/* The bytes stage 05 (and 05m) moves (traffic.c): causal row tiles skip the tiles above the diagonal. */
+attn_bytes stage05_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

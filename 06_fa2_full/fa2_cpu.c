@@ -57,6 +57,7 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
         /* no visible key so far: 0 as the reference, so that x - m is never -inf - (-inf) */
         const float msc = (mx == -INFINITY ? 0.0f : mx) * sl2;
         const float alpha = exp2f(fmaf(m[r], sl2, -msc));
+        cpu_trace_alpha(prm, w, q0 + r0 + r, alpha);
         m[r] = mx;
         float rowsum = 0.0f;
         for (int c = 0; c < BCS; c++) {
@@ -68,6 +69,7 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
         for (int x = 0; x < D; x++) O[r * D + x] *= alpha;
     }
     cpu_tile_pv(O, S, rows, BCS, w->Vs, c0, D);
+    cpu_trace_tile(prm, w, q0 + r0, rows, m, l, O, kbase, BCS, sl2 * CPU_LN2); /* --trace-row */
 }
 
 /* One row tile (one GPU block): each warp slice walks the key tiles on its own. */

@@ -31,6 +31,10 @@ attn_status stage06c_run(const attn_problem *p, const attn_args *a);
 attn_status stage06d_run(const attn_problem *p, const attn_args *a);
 attn_status stage06e_run(const attn_problem *p, const attn_args *a);
 
+/* The bytes stage 06 (and 06m) moves (traffic.c): 128-row tiles, K and V once per row tile. */
+attn_bytes stage06_bytes(const attn_problem *p, int gpus);
+/* The bytes the road's steps 06a-06e move: 64 x 64 tiles, 06's band logic. */
+attn_bytes stage06_road_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,8 @@ extern "C" {
 /* head dim 64, 128, 256; fp16 and bf16; writes LSE; no workspace; launches on a->stream. */
 attn_status stage07_run(const attn_problem *p, const attn_args *a);
 
+/* The bytes stage 07 moves (traffic.c): stage 06's count with 07's tiles. */
+attn_bytes stage07_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

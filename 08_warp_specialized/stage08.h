@@ -16,6 +16,8 @@ extern "C" {
 /* head dim 64, 128, 256; fp16 and bf16; writes LSE; no workspace; launches on a->stream. */
 attn_status stage08_run(const attn_problem *p, const attn_args *a);
 
+/* The bytes stage 08 moves (traffic.c): at D = 128 pairs of blocks load each K/V tile once. */
+attn_bytes stage08_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

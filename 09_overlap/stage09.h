@@ -16,6 +16,8 @@ extern "C" {
 /* head dim 64, 128, 256; fp16 and bf16; writes LSE; no workspace; launches on a->stream. */
 attn_status stage09_run(const attn_problem *p, const attn_args *a);
 
+/* The bytes stage 09 moves (traffic.c): 192-row tiles at D = 64, pairs at D = 128 non-causal. */
+attn_bytes stage09_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

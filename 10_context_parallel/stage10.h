@@ -32,6 +32,8 @@ const attn_stage *stage10_local_stage(const attn_problem *p);
 attn_status stage10_run(const attn_problem *p, const attn_args *a);
 void stage10_release(void);
 
+/* The bytes stage 10 moves on `gpus` GPUs (traffic.c): its local calls, merges and the ring's shards. */
+attn_bytes stage10_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

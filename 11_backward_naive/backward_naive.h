@@ -11,6 +11,8 @@ extern "C" {
 attn_status stage11_run(const attn_problem *p, const attn_args *a);
 /* 8 bytes per score (P and dS in fp32, B*H*N*N of each) and 4 per row (D). */
 size_t stage11_workspace_bytes(const attn_problem *p);
+/* The bytes stage 11's five kernels move (traffic.c): P and dS, N x N fp32, written once, read twice each. */
+attn_bytes stage11_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

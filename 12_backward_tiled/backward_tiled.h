@@ -13,6 +13,8 @@ attn_status stage12_run(const attn_problem *p, const attn_args *a);
 size_t stage12_workspace_bytes(const attn_problem *p);
 /* Stage 12m (backward_tiled_cpu.c): the same algorithm in plain C on the CPU; host pointers. */
 attn_status stage12m_run(const attn_problem *p, const attn_args *a);
+/* The bytes stage 12 (and 12m) moves (traffic.c): a block per 64 keys walks the query tiles. */
+attn_bytes stage12_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,8 @@ size_t stage13_workspace_bytes(const attn_problem *p);
 attn_status stage13_run(const attn_problem *p, const attn_args *a);
 attn_status stage13d_run(const attn_problem *p, const attn_args *a);
 
+/* The bytes stage 13 (and 13d) moves (traffic.c): a block per 128 keys walks the query tiles. */
+attn_bytes stage13_bytes(const attn_problem *p, int gpus);
 #ifdef __cplusplus
 }
 #endif

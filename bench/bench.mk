@@ -3,19 +3,28 @@
 #   make bench                 the PyTorch and Triton peers (bench/peers.py, when python3 imports torch
 #                              with a GPU; they also time the C libraries through python/), then
 #                              build/attn-bench over every registered stage: B=4 H=32 D=64,128
-#                              N=512..16384, causal and not (no GPU: the CPU stages 01, 03m-06m, small).
+#                              N=512..16384, causal and not (no GPU: the CPU stages 01, 03m-06m, 12m,
+#                              small). The backward (stages 11-13d, 12m; the backward of SDPA's flash
+#                              and cuDNN backends) is part of it: rows with pass bwd, tables of their own.
 #                              One merged CSV ($(CSV)), the tables on stdout (sh + awk, no Python),
 #                              PNG plots when gnuplot exists. Progress and elapsed times on stderr.
+#                              About 11-13 minutes on the H200, estimated (bench/README.md, "The
+#                              backward": the forward alone took 432 s); SWEEP=--no-backward and
+#                              SWEEP=--no-forward split it in two, each under 10 minutes
 #   make bench QUICK=1         a small sweep (B=1 H=4 N=128,512,1024 D=64) in well under a minute
 #   make bench COLD=1          cold L2: 4x the L2 size written before every timed run (stages and peers)
 #   make bench SWEEP='--warmup-ms 0'   1 or 2 untimed runs before each point's timing instead of the default
 #                              100 ms (stages and peers): rows then timed at whatever clock the point
 #                              before left (bench/README.md, "Clock")
 #   make bench PEERS=0         without the peers
-#   make bench CSV=path        the merged CSV elsewhere (default build/bench/bench.csv)
+#   make bench CSV=path        the merged CSV elsewhere (default build/bench/bench.csv; any path, spaces too)
 #   make bench SWEEP='--seqs 1024,4096 --dims 128'   shape flags for the stages and the peers
 #   make bench BENCH_ARGS='--stages 02,06'            flags for attn-bench alone (--help)
 #   make plots CSV=path        PNGs from a CSV made elsewhere, into $(PLOTS_DIR)
+#   make roofline CSV=path [CEILINGS=path]   the roofline of the CSV's stages (bench/roofline.sh): the
+#                              table on stdout, roofline.png into $(PLOTS_DIR); CEILINGS defaults to the
+#                              one bench/ceilings.py wrote beside the CSV (make bench measures it where
+#                              PyTorch sees a GPU)
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
 #   make fa2-road-table CSV=bench/results/bench.csv
@@ -35,12 +44,20 @@ PYTHON      ?= python3
 SWEEP       ?=
 BENCH_ARGS  ?=
 BENCH_RESULTS := bench/results
-BENCH_PART  = $(basename $(CSV))
+# The paths as one shell word each (single-quoted, a quote in them escaped): a CSV path with a space
+# was split by make's $(dir ...) and the unquoted recipe ("unknown option", and a folder named after the
+# path's middle word made in the current one). BENCH_PATHS sets csv, and part: CSV less its extension,
+# the stem of the two part CSVs (attn-bench's, the peers').
+sh_quote    = '$(subst ','\'',$(1))'
+BENCH_PATHS = csv=$(call sh_quote,$(CSV)); case "$$(basename -- "$$csv")" in *.*) part="$${csv%.*}" ;; \
+              *) part="$$csv" ;; esac;
+# The roofline's ceilings (bench/ceilings.py), beside the CSV: CSV less its extension, then _ceilings.csv.
+CEILINGS    ?= $(basename $(CSV))_ceilings.csv
 BENCH_FLAGS = $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(COLD)),--cold)
 BENCH_COMMIT = $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && \
   { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 
-.PHONY: bench bench-peers plots bench-results fa2-road-table
+.PHONY: bench bench-peers plots roofline bench-results fa2-road-table
 
 $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -53,39 +70,49 @@ $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 bench: $(BENCH_BIN)
 	@for v in "QUICK=$(QUICK)" "COLD=$(COLD)" "PEERS=$(PEERS)"; do case "$${v#*=}" in ''|0|1) ;; \
 	  *) echo "bench: $${v%%=*} must be 0 or 1 (got '$${v#*=}')" >&2; exit 2 ;; esac; done
-	@mkdir -p $(dir $(CSV))
-	@out=$$($(BENCH_BIN) $(BENCH_FLAGS) --dry-run --csv $(BENCH_PART)_stages.csv --commit $(BENCH_COMMIT) \
-	  $(SWEEP) $(BENCH_ARGS) 2>&1) || { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }; \
+	@$(BENCH_PATHS) mkdir -p -- "$$(dirname -- "$$csv")"
+	@$(BENCH_PATHS) out=$$($(call sh_quote,$(BENCH_BIN)) $(BENCH_FLAGS) --dry-run --csv "$${part}_stages.csv" \
+	  --commit $(BENCH_COMMIT) $(SWEEP) $(BENCH_ARGS) 2>&1) || { rc=$$?; printf '%s\n' "$$out" >&2; exit $$rc; }; \
 	case "$$out" in *"--dry-run: the flags"*) ;; *) printf '%s\n' "$$out"; exit 0 ;; esac # BENCH_ARGS=--help
-	@rm -f $(BENCH_PART)_peers.csv $(BENCH_PART)_stages.csv; t0=$$(date +%s); rc=0; \
+	@$(BENCH_PATHS) rm -f "$${part}_peers.csv" "$${part}_stages.csv" "$${part}_ceilings.csv"; t0=$$(date +%s); rc=0; \
 	if [ "$(PEERS)" = 0 ]; then :; elif command -v $(PYTHON) >/dev/null 2>&1; then \
-	  $(PYTHON) bench/peers.py $(BENCH_FLAGS) --csv $(BENCH_PART)_peers.csv --commit $(BENCH_COMMIT) $(SWEEP) \
+	  $(PYTHON) bench/peers.py $(BENCH_FLAGS) --csv "$${part}_peers.csv" --commit $(BENCH_COMMIT) $(SWEEP) \
 	    || echo "bench: bench/peers.py failed; going on without the peers" >&2; \
+	  $(PYTHON) bench/ceilings.py --csv "$${part}_ceilings.csv" || echo "bench: no ceilings, so no roofline" >&2; \
 	else echo "peers: skipped: $(PYTHON) not found" >&2; fi; \
-	$(BENCH_BIN) $(BENCH_FLAGS) --csv $(BENCH_PART)_stages.csv --commit $(BENCH_COMMIT) $(SWEEP) $(BENCH_ARGS) \
-	  || rc=$$?; \
-	if [ ! -f $(BENCH_PART)_stages.csv ]; then [ $$rc -ne 0 ] || rc=1; \
-	  echo "bench: attn-bench wrote no CSV (exit $$rc): $(CSV) left as it was" >&2; exit $$rc; fi; \
-	sh bench/report.sh merge $(CSV) $$(ls $(BENCH_PART)_stages.csv $(BENCH_PART)_peers.csv 2>/dev/null) || rc=1; \
-	echo; sh bench/report.sh tables $(CSV) || rc=1; \
-	sh bench/report.sh plots $(CSV) $(PLOTS_DIR) || true; \
-	echo "bench: $(CSV), $$(( $$(date +%s) - t0 )) s in all (peers, stages, tables, plots)" >&2; exit $$rc
+	$(call sh_quote,$(BENCH_BIN)) $(BENCH_FLAGS) --csv "$${part}_stages.csv" --commit $(BENCH_COMMIT) $(SWEEP) \
+	  $(BENCH_ARGS) || rc=$$?; \
+	if [ ! -f "$${part}_stages.csv" ]; then [ $$rc -ne 0 ] || rc=1; \
+	  echo "bench: attn-bench wrote no CSV (exit $$rc): $$csv left as it was" >&2; exit $$rc; fi; \
+	set -- "$${part}_stages.csv"; [ ! -f "$${part}_peers.csv" ] || set -- "$$@" "$${part}_peers.csv"; \
+	sh bench/report.sh merge "$$csv" "$$@" || rc=1; \
+	echo; sh bench/report.sh tables "$$csv" || rc=1; \
+	sh bench/report.sh plots "$$csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
+	[ ! -s "$${part}_ceilings.csv" ] || sh bench/roofline.sh plot "$$csv" "$${part}_ceilings.csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
+	echo "bench: $$csv, $$(( $$(date +%s) - t0 )) s in all (peers, stages, tables, plots)" >&2; exit $$rc
 
 # The same as make bench (the peers run whenever PyTorch with CUDA is there); kept as a name.
 bench-peers: bench
 
 plots:
-	@sh bench/report.sh plots $(CSV) $(PLOTS_DIR)
+	@sh bench/report.sh plots $(call sh_quote,$(CSV)) $(call sh_quote,$(PLOTS_DIR))
+
+roofline:
+	@sh bench/roofline.sh table $(call sh_quote,$(CSV)) $(call sh_quote,$(CEILINGS))
+	@sh bench/roofline.sh plot $(call sh_quote,$(CSV)) $(call sh_quote,$(CEILINGS)) $(call sh_quote,$(PLOTS_DIR))
 
 bench-results:
-	@test -s "$(CSV)" || { echo "bench-results: no CSV at $(CSV) (make bench-results CSV=path)" >&2; exit 1; }
+	@$(BENCH_PATHS) test -s "$$csv" || { echo "bench-results: no CSV at $$csv (make bench-results CSV=path)" >&2; exit 1; }
 	@mkdir -p $(BENCH_RESULTS)
-	@if [ "$(abspath $(CSV))" != "$(abspath $(BENCH_RESULTS)/bench.csv)" ]; then \
-	  cp "$(CSV)" $(BENCH_RESULTS)/bench.csv && echo "bench-results: $(CSV) -> $(BENCH_RESULTS)/bench.csv"; fi
+	@$(BENCH_PATHS) if ! [ "$$csv" -ef $(BENCH_RESULTS)/bench.csv ]; then \
+	  cp -- "$$csv" $(BENCH_RESULTS)/bench.csv && echo "bench-results: $$csv -> $(BENCH_RESULTS)/bench.csv"; fi
 	@sh bench/report.sh plots $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)
+	@if [ -s $(call sh_quote,$(CEILINGS)) ]; then \
+	  [ $(call sh_quote,$(CEILINGS)) -ef $(BENCH_RESULTS)/bench_ceilings.csv ] || cp -- $(call sh_quote,$(CEILINGS)) $(BENCH_RESULTS)/bench_ceilings.csv; \
+	  sh bench/roofline.sh plot $(BENCH_RESULTS)/bench.csv $(BENCH_RESULTS)/bench_ceilings.csv $(BENCH_RESULTS); fi
 	@sh bench/report.sh readme $(BENCH_RESULTS)/bench.csv
 
 # Needs only a CSV and awk: works on any machine.
 fa2-road-table:
-	@test -s "$(CSV)" || { echo "fa2-road-table: no CSV at $(CSV) (make fa2-road-table CSV=path)" >&2; exit 2; }
-	sh bench/road_table.sh $(CSV)
+	@$(BENCH_PATHS) test -s "$$csv" || { echo "fa2-road-table: no CSV at $$csv (make fa2-road-table CSV=path)" >&2; exit 2; }
+	sh bench/road_table.sh $(call sh_quote,$(CSV))

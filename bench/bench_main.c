@@ -6,7 +6,9 @@
  * the double CPU reference. It writes one CSV row per stage and point and one progress line per run
  * on stderr, nothing else: tables, README blocks and plots come from bench/report.sh, which reads
  * this CSV (and the peers' CSV) and needs only sh and awk. A point a stage cannot run is a row with
- * the reason: OOM, cpu-skip, unsupported, unavailable, no-gpu; a wrong result is FAIL.
+ * the reason: OOM, cpu-skip, gpu-skip, unsupported, unavailable, no-gpu; a wrong result is FAIL. A
+ * backward stage (11 on, 12m) is timed alone after its forward, its TFLOP/s at 2.5 times the forward's
+ * FLOPs, and its gradients checked; --no-backward and --no-forward leave one pass out.
  *
  * Exit status: 0; 2 for bad input, refused before the sweep: a bad flag, a point of the sweep that is no
  * valid problem (B x H x N x D past 2^62 elements), a --csv that is not a file's path (empty, ending in
@@ -38,12 +40,12 @@
 #define DEFAULT_CSV DEFAULT_DIR "/bench_stages.csv"
 
 typedef struct {
-    int quick, cpu_only, cold, dry_run, help;
+    int quick, cpu_only, cold, dry_run, help, no_backward, no_forward;
     const char *csv;
     char commit[304]; /* clean_field()'s, at most 300 bytes */
     int64_t B, H, seqs[MAX_LIST], dims[MAX_LIST];
     int nseqs, ndims, causal_mode; /* causal_mode -1: both */
-    double repeat_ms, warmup_ms, cpu_limit_s;
+    double repeat_ms, warmup_ms, cpu_limit_s, gpu_limit_s;
     int64_t check_rows;
     int stage_sel[MAX_STAGES], nstage_sel, cpu_limit_set;
 } cfg_t;
@@ -55,6 +57,7 @@ typedef struct {
     char status[16], check[8], note[320];
     double ms, tflops, extra, workspace, max_err, run_s, check_s; /* run_s, check_s: see progress() */
     int repeats;
+    int gpus; /* the GPUs the run used (stage 10: every one present); 0 before it ran */
 } row_t;
 
 static void usage(FILE *f) {
@@ -69,6 +72,8 @@ static void usage(FILE *f) {
         "  --dims LIST        head dims (default 64,128)\n"
         "  --causal both|0|1  (default both)\n"
         "  --stages LIST      only these stages, e.g. 02,06 (default: every registered one)\n"
+        "  --no-backward      the forward stages alone (no backward stage: 11 on, 12m)\n"
+        "  --no-forward       the backward stages alone (each still runs its forward, untimed)\n"
         "  --repeat-ms MS     timed work to aim for per point (default 300), in 3..50 runs; a run of\n"
         "                     250 ms or more is timed once\n"
         "  --warmup-ms MS     untimed work before a GPU stage's timed runs (default 100; 0: 1 or 2\n"
@@ -78,6 +83,10 @@ static void usage(FILE *f) {
         "                     (default 48; 0..1048576; 0 checks nothing: the check column reads -)\n"
         "  --cpu-limit S      skip the CPU stage (cpu-skip) where one run is estimated above S\n"
         "                     seconds from its measured FLOP rate (default 1; 5 with --quick)\n"
+        "  --gpu-limit S      skip a GPU stage (gpu-skip) where one run is estimated above S seconds\n"
+        "                     from its time at the largest smaller N of the panel, scaled by the\n"
+        "                     FLOPs (default 10: the slowest full-sweep row, stage 02 at N = 8192,\n"
+        "                     D = 128, took 5.3 s on the H200); a stage out of memory stays OOM\n"
         "  --cold             cold L2: write 4x the L2 size before every timed GPU run (default warm)\n"
         "  --cpu-only         run no GPU stage, as on a machine without one\n"
         "  --csv PATH         CSV to write (default build/bench/bench_stages.csv), tried before the\n"
@@ -171,11 +180,10 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     int bad = 0, list = 0;
     int64_t lo = 1, hi = 0; /* hi > 0: an integer flag */
     double d = 0;
-    char *end = NULL;
-    if (!strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit")) {
-        errno = 0;
-        d = strtod(val, &end);
-        bad = errno || end == val || *end || !(d >= 0) || !isfinite(d);
+    if (!strcmp(flag, "--repeat-ms") || !strcmp(flag, "--warmup-ms") || !strcmp(flag, "--cpu-limit") ||
+        !strcmp(flag, "--gpu-limit")) {
+        /* as strictly as build/attn's --scale: strtod alone took " 5", "+5" and "0x10" */
+        bad = attn_parse_real(val, &d) != 0 || !(d >= 0) || !isfinite(d);
     }
     if (bad) {
     } else if (!strcmp(flag, "--batch")) hi = ATTN_MAX_B, bad = parse_i64(val, lo, hi, &c->B);
@@ -191,6 +199,7 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     else if (!strcmp(flag, "--repeat-ms")) c->repeat_ms = d;
     else if (!strcmp(flag, "--warmup-ms")) c->warmup_ms = d;
     else if (!strcmp(flag, "--cpu-limit")) c->cpu_limit_s = d, c->cpu_limit_set = 1;
+    else if (!strcmp(flag, "--gpu-limit")) c->gpu_limit_s = d;
     else if (!strcmp(flag, "--csv")) c->csv = val;
     else if (!strcmp(flag, "--commit"))
         clean_field(c->commit, sizeof c->commit, val);
@@ -216,10 +225,10 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
 }
 
 /* The flags, matched whole: the switches, then those that take a value (FLAG VALUE or FLAG=VALUE). */
-static const char *const switches[] = {"--quick", "--cold", "--cpu-only", "--dry-run"};
-static const char *const value_flags[] = {"--batch",      "--heads",     "--seqs",      "--dims",
-                                          "--causal",     "--stages",    "--repeat-ms", "--warmup-ms",
-                                          "--check-rows", "--cpu-limit", "--csv",       "--commit"};
+static const char *const switches[] = {"--quick", "--cold", "--cpu-only", "--dry-run", "--no-backward", "--no-forward"};
+static const char *const value_flags[] = {"--batch",     "--heads",     "--seqs",      "--dims",      "--causal",
+                                          "--stages",    "--repeat-ms", "--warmup-ms", "--check-rows", "--cpu-limit",
+                                          "--gpu-limit", "--csv",       "--commit"};
 #define NSWITCH (int)(sizeof switches / sizeof switches[0])
 #define NFLAGS (NSWITCH + (int)(sizeof value_flags / sizeof value_flags[0]))
 
@@ -243,7 +252,7 @@ static int print_usage_to_stdout(void) {
 
 static int parse_args(int argc, char **argv, cfg_t *c) {
     memset(c, 0, sizeof *c);
-    c->causal_mode = -1, c->repeat_ms = 300, c->warmup_ms = 100, c->cpu_limit_s = 1.0;
+    c->causal_mode = -1, c->repeat_ms = 300, c->warmup_ms = 100, c->cpu_limit_s = 1.0, c->gpu_limit_s = 10.0;
     c->check_rows = 48;
     snprintf(c->commit, sizeof c->commit, "unknown");
     c->csv = DEFAULT_CSV;
@@ -258,13 +267,19 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
         const char *flag = f < NSWITCH ? switches[f] : value_flags[f - NSWITCH];
         if (seen[f]++) return fprintf(stderr, "attn-bench: %s given twice\n", flag), -1;
         if (f < NSWITCH) {
-            *(f == 0 ? &c->quick : f == 1 ? &c->cold : f == 2 ? &c->cpu_only : &c->dry_run) = 1;
+            int *const on[NSWITCH] = {&c->quick, &c->cold, &c->cpu_only, &c->dry_run, &c->no_backward, &c->no_forward};
+            *on[f] = 1;
             continue;
         }
         val = eq && len < strlen(a) ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
         if (!val) return fprintf(stderr, "attn-bench: %s needs a value (see --help)\n", flag), -1;
         if (set_flag(c, flag, val) != 0) return -1;
     }
+    if (c->no_backward && c->no_forward)
+        return fprintf(stderr, "attn-bench: --no-backward and --no-forward together leave no stage to run\n"), -1;
+    if (c->nstage_sel && (c->no_backward || c->no_forward))
+        return fprintf(stderr, "attn-bench: --stages and %s together: --stages alone says which stages run\n",
+                       c->no_backward ? "--no-backward" : "--no-forward"), -1;
     return 0;
 }
 
@@ -281,7 +296,8 @@ static void apply_defaults(cfg_t *c, int gpu) {
     if (!c->nseqs) memcpy(c->seqs, seqs, (size_t)(c->nseqs = nseqs) * sizeof *seqs);
     if (!c->ndims) memcpy(c->dims, dims, (size_t)(c->ndims = c->quick ? 1 : 2) * sizeof *dims);
     if (!c->nstage_sel)
-        for (int i = 0; i < attn_num_stages && i < MAX_STAGES; i++) c->stage_sel[c->nstage_sel++] = i;
+        for (int i = 0; i < attn_num_stages && i < MAX_STAGES; i++)
+            if (attn_stages[i].pass == ATTN_FORWARD ? !c->no_forward : !c->no_backward) c->stage_sel[c->nstage_sel++] = i;
 }
 
 static double now_s(void) {
@@ -374,6 +390,16 @@ static int cpu_too_slow(const sweep_t *sw, const attn_stage *s, const attn_probl
     const double rate = *cpu_rate(sw, s);
     *est_ms = rate > 0 ? attn_stage_flops(s, p) / (rate * 1e6) : 0;
     return *est_ms > sw->c->cpu_limit_s * 1e3;
+}
+
+/* 1 when a GPU stage's run at p, estimated at est_ms, is above --gpu-limit and would run: a stage whose
+ * workspace does not fit the free memory goes on to attn_run, which refuses it at once, before running
+ * anything (OOM: the row the plots mark, as stage 11's 256 GiB at N = 16384). Stage 02 at N = 8192,
+ * D = 128, the slowest row of the forward's sweep, took 5.3 s on the H200: under the default 10 s. */
+static int gpu_too_slow(const sweep_t *sw, const attn_stage *s, const attn_problem *p, double est_ms) {
+    size_t free_b = 0, total_b = 0;
+    if (!(est_ms > sw->c->gpu_limit_s * 1e3)) return 0;
+    return !(s->workspace_bytes && attn_gpu_mem_info(&free_b, &total_b) == ATTN_OK && s->workspace_bytes(p) > free_b);
 }
 
 /* Why stage s cannot run at p here, as a status word and a note; 0 when it can. */
@@ -483,8 +509,12 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
             progress(sw, r, now_s() - t0);
             return;
         }
-    } else {
-        est_ms = estimate_from_rows(sw, s, p);
+    } else if ((est_ms = estimate_from_rows(sw, s, p)) > 0 && gpu_too_slow(sw, s, p, est_ms)) {
+        snprintf(r->status, sizeof r->status, "gpu-skip");
+        set_note(r, "est. %.1f s per run (its time at a smaller N scaled by the FLOPs) > %.1f s limit", est_ms / 1e3,
+                 c->gpu_limit_s);
+        progress(sw, r, now_s() - t0);
+        return;
     }
     attn_result res;
     attn_run_opts o = attn_run_opts_default();
@@ -506,6 +536,7 @@ static void run_point(sweep_t *sw, const attn_stage *s, const attn_inputs *in) {
         r->ms = res.ms_median;
         r->tflops = attn_stage_flops(s, p) / (res.ms_median * 1e9);
         r->repeats = res.runs, r->run_s = res.run_wall_ms / 1e3, r->check_s = res.check_wall_ms / 1e3;
+        r->gpus = res.gpus;
         r->workspace = (double)res.extra_bytes;
         r->extra = (double)(res.extra_measured > res.extra_bytes ? res.extra_measured : res.extra_bytes);
         /* a point of at least the calibration's rows refines the stage's rate; a smaller one, where
@@ -589,8 +620,11 @@ static void csv_num(FILE *f, double v, const char *fmt) {
 }
 
 static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *date) {
+    /* hbm_*, tile_*: the bytes the stage's tiles move at this point (attn_bytes, common/stage.h), on the
+     * GPUs it ran on: a model, written for every row of a stage that has one (bench/roofline.sh) */
     fprintf(f, "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-               "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n");
+               "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,tile_read,"
+               "tile_written\n");
     for (size_t i = 0; i < sw->nrows; i++) {
         const row_t *r = &sw->rows[i];
         fprintf(f, "%s,%s,%s,%s,%s,%lld,%lld,%lld,%lld,%d,%s,%s,", gpu, date, sw->c->commit, r->s->id,
@@ -603,8 +637,15 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
         csv_num(f, r->max_err, "%.4g");
         fprintf(f, "%s,", r->check);
         if (r->repeats > 0) fprintf(f, "%d", r->repeats);
-        fprintf(f, ",%s,%s,%s\n", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm",
+        fprintf(f, ",%s,%s,%s,", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm",
                 r->note, r->s->pass == ATTN_FORWARD ? "fwd" : "bwd");
+        const attn_bytes b = r->s->bytes_moved ? r->s->bytes_moved(&r->p, r->gpus > 1 ? r->gpus : 1)
+                                               : (attn_bytes){NAN, NAN, NAN, NAN};
+        csv_num(f, b.hbm_read, "%.0f");
+        csv_num(f, b.hbm_written, "%.0f");
+        csv_num(f, b.tile_read, "%.0f");
+        if (isfinite(b.tile_written)) fprintf(f, "%.0f", b.tile_written);
+        fputc('\n', f);
     }
 }
 

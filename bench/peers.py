@@ -22,6 +22,17 @@ the tolerance rule of suite/check.c (taking the fp16 scores of the naive path in
 torch.cuda.OutOfMemoryError -> status OOM; a backend that refuses a shape -> status unsupported,
 with the reason.
 
+The backward (rows with pass bwd; --no-backward leaves them out, --no-forward the forward's): the
+peers that have one (sdpa_flash, sdpa_cudnn, flash_attn4) run their forward on leaf copies of q, k, v
+that require grad, then torch.autograd.grad(O, (q, k, v), dO, retain_graph=True) is the timed call:
+the same backward node o.backward(dO) would run, but the gradients come back as they are, never
+accumulated into .grad, so no zeroing and no accumulate or copy kernel is in the timed window. The
+first call measures the memory (peak beyond what the forward left allocated, less dQ, dK and dV),
+the rest is timed as the forward is (the same warm-up and repeats); TFLOP/s count 2.5 times the
+forward's FLOPs. dQ, dK and dV are checked against a float64 reference on three heads (the first,
+the last, one at random: every head when B*H <= 3) with suite/check_backward.c's tolerance
+(check_grads).
+
 Optional: without PyTorch or without a CUDA GPU it says why and exits 0, writing nothing.
 bench/report.sh merges its CSV with attn-bench's (make bench does).
 """
@@ -38,8 +49,9 @@ import time
 import warnings
 
 COLS = ("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
-        "max_abs_err,check,repeats,l2,note").split(",")
+        "max_abs_err,check,repeats,l2,note,pass").split(",")
 PEERS = ["torch_naive", "sdpa_flash", "sdpa_cudnn"]
+BACKWARD_PEERS = ["sdpa_flash", "sdpa_cudnn", "flash_attn4"]  # the peers whose backward is timed
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 U16 = 2.0 ** -11
@@ -171,7 +183,14 @@ def parse_args(argv):
     ap.add_argument("--max-repeat", type=int_in(1, MAX_REPEAT), default=50, help="timed runs per point, at most")
     ap.add_argument("--check-rows", type=int_in(0, MAX_CHECK_ROWS), default=16)
     ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,libfa2,...")
+    ap.add_argument("--forward", action=argparse.BooleanOptionalAction, default=True,
+                    help="time the peers' forward (default; --no-forward: the backward alone)")
+    ap.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True,
+                    help="time the backward of %s (default; --no-backward: the forward alone)"
+                    % ",".join(BACKWARD_PEERS))
     a = ap.parse_args(argv)
+    if not a.forward and not a.backward:
+        ap.error("--no-forward and --no-backward together leave nothing to time")
     if a.peers is not None:
         a.peers = a.peers.split(",")
         known = known_peers()
@@ -301,17 +320,114 @@ def check_rows(torch, out, q, k, v, causal, scale, nrows, seed):
     return finite and worst <= 1.0, max_err, worst, len(rows)
 
 
-def time_fn(torch, fn, reps, warmup, flush=None):
+U16_BY_DTYPE = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+ETA_BY_DTYPE = {"float16": 2.0 ** -25, "bfloat16": 2.0 ** -134}  # fp16's subnormal step / 2; bf16's
+
+
+def pick_heads(B, H, seed):
+    """The heads check_grads compares: every one when B*H <= 3, else the first, the last and one at
+    random between them, as suite/check_backward.c picks them."""
+    if B * H <= 3:
+        return [(b, h) for b in range(B) for h in range(H)]
+    r = random.Random(seed).randrange(1, B * H - 1)
+    return [(0, 0), divmod(r, H), (B - 1, H - 1)]
+
+
+def head_reference(torch, q, k, v, g, o_got, causal, scale, u, eta, chunk_elems=1 << 25):
+    """One head in float64 ([N, D] each; g is dO, o_got the peer's forward O): the exact dQ, dK, dV and
+    suite/check_backward.c's tolerance terms for each element (its header derives them), row chunks
+    of at most chunk_elems scores at a time. The peer's LSE is not seen: its error enters as the
+    forward's LSE tolerance (suite/check.c), ds + u32 (8 sqrt(N) + 16) + 4 u32 |LSE| + 1e-6, where the
+    C check puts the measured |LSE' - LSE|. Returns ((dq, dk, dv), (tq, tk, tv))."""
+    N, D = q.shape
+    sq = math.sqrt(N)
+    g_sum = 8 * sq * U32 + 2 * U32
+    aq, ak, av, ag = q.abs(), k.abs(), v.abs(), g.abs()
+    dq, tq = torch.empty_like(q), torch.empty_like(q)
+    dk, dv, tk, tv = (torch.zeros_like(q) for _ in range(4))
+    rows = max(1, chunk_elems // N)
+    cols = torch.arange(N, device=q.device)
+    for r0 in range(0, N, rows):
+        r1 = min(N, r0 + rows)
+        qi, gi, ai = q[r0:r1], g[r0:r1], ag[r0:r1]
+        s = (qi @ k.T) * scale
+        sabs = (aq[r0:r1] @ ak.T) * abs(scale)
+        hidden = (cols[None, :] > torch.arange(r0, r1, device=q.device)[:, None]) if causal else None
+        if causal:
+            s = s.masked_fill(hidden, -math.inf)
+            sabs = sabs.masked_fill(hidden, 0.0)
+        lse = torch.logsumexp(s, dim=1)
+        p = torch.exp(s - lse[:, None])                      # 0 where hidden
+        o = p @ v
+        delta = (gi * o).sum(1)                              # D_i = dO_i . O_i, the reference's own
+        dp = gi @ v.T
+        a_ij = ai @ av.T                                      # A_ij = sum_d |dO_id v_jd|
+        ds_bound = U32 * (D + 16) * sabs.max(1).values
+        lse_err = ds_bound + U32 * (8 * sq + 16) + 4 * U32 * lse.abs() + 1e-6
+        eps = ds_bound + lse_err + U32 * (4 * lse.abs() + 8)
+        a = torch.expm1(eps) * (1 + u) + u
+        og = o_got[r0:r1]
+        b = (ai * (og - o).abs()).sum(1) + U32 * (D + 2) * (ai * og.abs()).sum(1)
+        alpha, beta = a + u * (1 + a) + g_sum, (1 + a) * (1 + u) * U32 * (D + 2)
+        gamma, wdelta = (1 + a) * (1 + u) * b, a + g_sum
+        diff = dp - delta[:, None]
+        w = p * (alpha[:, None] * diff.abs() + beta[:, None] * a_ij + gamma[:, None]) + eta
+        wv = wdelta[:, None] * p + eta
+        if causal:  # a hidden score is no term of any sum: no eta for it either
+            w, wv = w.masked_fill(hidden, 0.0), wv.masked_fill(hidden, 0.0)
+        ds = p * diff
+        dq[r0:r1], tq[r0:r1] = scale * (ds @ k), abs(scale) * (w @ ak)
+        dk += scale * (ds.T @ qi)
+        tk += abs(scale) * (w.T @ aq[r0:r1])
+        dv += p.T @ gi
+        tv += wv.T @ ai
+    return (dq, dk, dv), (tq, tk, tv)
+
+
+def check_grads(torch, o, grads, q, k, v, d_o, causal, scale, seed):
+    """The peer's dQ, dK, dV (grads, [B, H, N, D] in q's dtype) against the float64 reference on the
+    heads pick_heads chooses, element by element with suite/check_backward.c's tolerance
+    (head_reference): tol = 2 u |ref| + 2 t + 1e-7. Fails on the largest err / tol above 1 and on any
+    NaN or inf. o: the peer's forward output, whose error enters the tolerance as in the C check.
+    Returns a dict: ok, max_abs_err (over the three), worst (err / tol), heads, note."""
+    B, H, N, D = q.shape
+    u, eta = U16_BY_DTYPE[str(q.dtype).split(".")[-1]], ETA_BY_DTYPE[str(q.dtype).split(".")[-1]]
+    heads = pick_heads(B, H, seed)
+    max_err, worst, where, nonfinite = 0.0, 0.0, "", 0
+    for b, h in heads:
+        f64 = [x[b, h].double() for x in (q, k, v, d_o, o)]
+        refs, tols = head_reference(torch, *f64[:4], f64[4], causal, scale, u, eta)
+        for name, got, ref, tol in zip(("dQ", "dK", "dV"), grads, refs, tols):
+            x = got[b, h].double()
+            bad = ~torch.isfinite(x)
+            nonfinite += int(bad.sum())
+            err = (x - ref).abs()
+            ratio = torch.nan_to_num(err / (2 * u * ref.abs() + 2 * tol + 1e-7), nan=math.inf)
+            max_err = max(max_err, float(err.masked_fill(bad, 0.0).max()))
+            r = float(ratio.max())
+            if r > worst or not where:
+                i, d = divmod(int(ratio.argmax()), D)
+                worst = r
+                where = "%s at b=%d h=%d n=%d d=%d: got %.5g want %.5g" % (
+                    name, b, h, i, d, float(x[i, d]), float(ref[i, d]))
+    ok = nonfinite == 0 and worst <= 1.0
+    note = "%d heads: max abs err %.3g; worst err/tol %.3g, %s; %d non-finite" % (
+        len(heads), max_err, worst, where, nonfinite)
+    return dict(ok=ok, max_abs_err=max_err, worst=worst, heads=len(heads), note=note)
+
+
+def time_fn(torch, fn, reps, warmup, flush=None, sleep_cycles=200000):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
           for _ in range(reps)]
     if hasattr(torch.cuda, "_sleep"):
-        # Keep the GPU busy (about 0.1 ms per run at 2 GHz) while Python queues the runs: the events
-        # then time the GPU's work, not Python's 10-40 us of launch overhead, which a 30 us kernel
-        # would otherwise show as idle time (the C stages launch from C, where it is a few us).
-        torch.cuda._sleep(200000 * reps)
+        # Keep the GPU busy (about 0.1 ms per run at 2 GHz; 0.2 ms for a backward, whose autograd call
+        # costs Python more) while Python queues the runs: the events then time the GPU's work, not
+        # Python's 10-40 us of launch overhead, which a 30 us kernel would otherwise show as idle time
+        # (the C stages launch from C, where it is a few us).
+        torch.cuda._sleep(sleep_cycles * reps)
     for a, b in ev:
         if flush is not None:  # cold L2: evict what the previous run left there, outside the timing
             flush.zero_()
@@ -325,6 +441,62 @@ def time_fn(torch, fn, reps, warmup, flush=None):
 def short_oom(e):
     msg = str(e).split(". GPU")[0]
     return "CUDA out of memory: " + msg.replace("CUDA out of memory. ", "")
+
+
+def first_call(torch, row, fn, compile_first=False):
+    """fn() once, the warm-up and the memory measurement: (its result, the memory allocated before
+    it), torch's peak reset just before it. None, with row's status and note, when it raised: OOM,
+    unsupported (a backend that refuses the shape), error. compile_first: one call before, for the
+    kernels that compile on first use (and Triton autotunes): that memory is not the kernel's."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if compile_first:
+                fn()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            out = fn()
+            torch.cuda.synchronize()
+            return out, base
+        except torch.cuda.OutOfMemoryError as e:
+            row.update(status="OOM", note=clean(short_oom(e)))
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            why = "; ".join(str(w.message).split("\n")[0] for w in caught) or str(e)
+            text = (str(e) + why).lower()
+            if "out of memory" in text:
+                row.update(status="OOM", note=clean(short_oom(e)))
+            elif isinstance(e, NotImplementedError) or any(
+                    s in text for s in ("no available kernel", "support", "cudnn", "requires")):
+                row.update(status="unsupported", note=clean(str(e).split("\n")[0] + " " + why))
+            else:
+                row.update(status="error", note=clean(str(e).split("\n")[0]))
+    return None
+
+
+def time_point(torch, args, fn, flush, row, flops, sleep_cycles=200000):
+    """fn timed as every point is (one run for the estimate, about --warmup-ms untimed, about
+    --repeat-ms timed, the median): row's ms, tflops, repeats and l2. False, with row's status OOM,
+    when it ran out of memory."""
+    try:
+        est = time_fn(torch, fn, 1, 0)
+        reps = max(args.min_repeat, min(args.max_repeat, math.ceil(args.repeat_ms / max(est, 1e-4))))
+        warm = 0 if est >= 250 else max(1 if est >= 20 else 2,
+                                        min(20000, math.ceil(args.warmup_ms / max(est, 1e-3))))
+        ms = time_fn(torch, fn, reps, warm, flush, sleep_cycles)
+    except torch.cuda.OutOfMemoryError as e:
+        row.update(status="OOM", note=clean(short_oom(e)))
+        return False
+    row.update(ms="%.6g" % ms, tflops="%.6g" % (flops / (ms * 1e9)), repeats=str(reps),
+               l2="cold" if flush is not None else "warm")
+    return True
+
+
+def set_check(row, ok, max_err, note):
+    row.update(status="ok" if ok else "FAIL", max_abs_err="%.4g" % max_err, check="pass" if ok else "FAIL")
+    if not ok:
+        row["note"] = clean(note)
 
 
 def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
@@ -342,55 +514,77 @@ def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
     try:
         if ctx is not None:
             ctx.__enter__()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                if peer in ("triton_fa2", "flash_attn4"):  # they compile on first use (and Triton
-                    fn()                                   # autotunes): that memory is not the kernel's
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-                out = fn()  # the warm-up, and the memory measurement
-                torch.cuda.synchronize()
-            except torch.cuda.OutOfMemoryError as e:
-                row.update(status="OOM", note=clean(short_oom(e)))
-                return
-            except (RuntimeError, ValueError) as e:
-                why = "; ".join(str(w.message).split("\n")[0] for w in caught) or str(e)
-                text = (str(e) + why).lower()
-                if "out of memory" in text:
-                    row.update(status="OOM", note=clean(short_oom(e)))
-                elif any(s in text for s in ("no available kernel", "support", "cudnn", "requires")):
-                    row.update(status="unsupported", note=clean(str(e).split("\n")[0] + " " + why))
-                else:
-                    row.update(status="error", note=clean(str(e).split("\n")[0]))
-                return
+        got = first_call(torch, row, fn, compile_first=peer in ("triton_fa2", "flash_attn4"))
+        if got is None:
+            return
+        out, base = got
         peak = torch.cuda.max_memory_allocated()
         outs = out if isinstance(out, tuple) else (out,)  # (O, LSE) from the kernels, O from PyTorch
         extra = max(0, peak - base - sum(x.numel() * x.element_size() for x in outs))
         out = outs[0]
         ok, max_err, worst, nchecked = check_rows(torch, out, q, k, v, causal, scale,
                                                    args.check_rows, 1000 + N + D + causal)
-        del out
-        try:
-            est = time_fn(torch, fn, 1, 0)
-            reps = max(args.min_repeat, min(args.max_repeat, math.ceil(args.repeat_ms / max(est, 1e-4))))
-            warm = 0 if est >= 250 else max(1 if est >= 20 else 2,
-                                            min(20000, math.ceil(args.warmup_ms / max(est, 1e-3))))
-            ms = time_fn(torch, fn, reps, warm, flush)
-        except torch.cuda.OutOfMemoryError as e:
-            row.update(status="OOM", note=clean(short_oom(e)))
-            return
+        del out, outs
         flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
-        row.update(status="ok" if ok else "FAIL", ms="%.6g" % ms, tflops="%.6g" % (flops / (ms * 1e9)),
-                   extra_bytes=str(extra), max_abs_err="%.4g" % max_err,
-                   check="pass" if ok else "FAIL", repeats=str(reps), l2="cold" if flush is not None else "warm")
-        if not ok:
-            row["note"] = clean("%d rows: max abs err %.3g; worst err/tol %.3g" % (nchecked, max_err, worst))
+        if time_point(torch, args, fn, flush, row, flops):
+            row["extra_bytes"] = str(extra)
+            set_check(row, ok, max_err, "%d rows: max abs err %.3g; worst err/tol %.3g" % (nchecked, max_err, worst))
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
+        torch.cuda.empty_cache()
+
+
+def backward_setup(torch, peer, q, k, v, causal, scale, kernels):
+    """The peer's forward on leaf copies of q, k, v that require grad: (O, the leaves). The backward
+    is then torch.autograd.grad(O, leaves, dO): the backend's backward node alone."""
+    leaves = tuple(x.detach().requires_grad_() for x in (q, k, v))
+    if peer == "flash_attn4":
+        got = kernels[peer](*leaves, causal, scale)
+        return (got[0] if isinstance(got, tuple) else got), leaves
+    return torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=bool(causal)), leaves
+
+
+def run_point_backward(torch, args, peer, q, k, v, d_o, causal, row, kernels, flush):
+    """The peer's backward at one point: fills row as run_point does (pass bwd). extra_bytes: the peak
+    of the first backward beyond what was allocated before it (Q, K, V, O, dO and what the forward
+    saved for it), less dQ, dK and dV."""
+    B, H, N, D = q.shape
+    scale = 1.0 / math.sqrt(D)
+    ctx = None
+    if peer.startswith("sdpa_"):
+        try:
+            ctx = backend_ctx(torch, peer.split("_")[1])
+        except Unsupported as e:
+            row.update(status="unsupported", note=clean(e))
+            return
+    try:
+        if ctx is not None:
+            ctx.__enter__()
+        saved = {}
+
+        def forward():
+            saved["o"], saved["leaves"] = backward_setup(torch, peer, q, k, v, causal, scale, kernels)
+        if first_call(torch, row, forward) is None:
+            return
+
+        def fn():
+            return torch.autograd.grad(saved["o"], saved["leaves"], d_o, retain_graph=True)
+        got = first_call(torch, row, fn, compile_first=peer == "flash_attn4")
+        if got is None:
+            return
+        grads, base = got
+        extra = max(0, torch.cuda.max_memory_allocated() - base - sum(g.numel() * g.element_size() for g in grads))
+        res = check_grads(torch, saved["o"].detach(), grads, q, k, v, d_o, causal, scale, 2000 + N + D + causal)
+        del grads
+        flops = 2.5 * 4.0 * B * H * N * N * D / (2 if causal else 1)
+        if time_point(torch, args, fn, flush, row, flops, sleep_cycles=400000):
+            row["extra_bytes"] = str(extra)
+            set_check(row, res["ok"], res["max_abs_err"], res["note"])
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+        saved = None
         torch.cuda.empty_cache()
 
 
@@ -423,6 +617,71 @@ def write_csv(path, lines):
         raise
 
 
+def point_runs(args):
+    """What runs at each point, in order: (peer, pass) for the forward's peers, then the backward's."""
+    runs = [(p, "fwd") for p in args.peers] if args.forward else []
+    return runs + ([(p, "bwd") for p in args.peers if p in BACKWARD_PEERS] if args.backward else [])
+
+
+def one_row(torch, args, run, inputs, in_err, causal, row, kernels, flush):
+    """One peer's run at one point into row, whatever it raises; the progress line's end on stderr."""
+    peer, pass_ = run
+    t0 = time.time()
+    if in_err:
+        row.update(status=in_err[0], note="inputs: " + in_err[1])
+    else:
+        q, k, v, d_o = inputs
+        try:
+            if pass_ == "fwd":
+                run_point(torch, args, peer, q, k, v, causal, row, kernels, flush)
+            else:
+                run_point_backward(torch, args, peer, q, k, v, d_o, causal, row, kernels, flush)
+        except Exception as e:  # keep the sweep going; the row says what happened
+            row.update(status="error", note=clean("%s: %s" % (type(e).__name__, e)))
+    if row["status"] in ("ok", "FAIL"):
+        log("%9s ms %8.1f TFLOP/s %3s reps  %s%s  (%.1f s)" % (
+            row["ms"], float(row["tflops"]), row["repeats"], row["check"],
+            "  " + row["note"] if row["note"] else "", time.time() - t0))
+    else:
+        log("%s: %s  (%.1f s)" % (row["status"], row["note"], time.time() - t0))
+
+
+def make_inputs(torch, gen, args, N, D):
+    """Q, K, V (and dO when the backward runs) of one point, and None; or None and (status, note)."""
+    try:
+        gen.manual_seed(0xA77E + 64 * D + N)
+        shape = (args.batch, args.heads, N, D)
+        x = [torch.randn(shape, dtype=torch.float16, device="cuda", generator=gen) for _ in range(3)]
+        x.append(torch.randn(shape, dtype=torch.float16, device="cuda", generator=gen) if args.backward else None)
+        return x, None
+    except torch.cuda.OutOfMemoryError as e:
+        return None, ("OOM", clean(short_oom(e)))
+
+
+def sweep(torch, args, kernels, flush, meta):
+    """Every point, every run of point_runs: the rows."""
+    causals = [0, 1] if args.causal == "both" else [int(args.causal)]
+    runs = point_runs(args)
+    total, i, rows = len(args.dims) * len(args.seqs) * len(causals) * len(runs), 0, []
+    gen = torch.Generator(device="cuda")
+    for D in args.dims:
+        for N in args.seqs:
+            inputs, in_err = make_inputs(torch, gen, args, N, D)
+            for causal in causals:
+                for run in runs:
+                    i += 1
+                    row = dict.fromkeys(COLS, "")
+                    row.update(meta, stage=run[0], name=run[0], B=str(args.batch), H=str(args.heads), N=str(N),
+                               D=str(D), causal=str(causal), dtype="fp16", **{"pass": run[1]})
+                    log("[%*d/%d] D=%-3d %-10s N=%-6d %-12s %s " % (len(str(total)), i, total, D,
+                        "causal" if causal else "non-causal", N, run[0], run[1]), end="")
+                    one_row(torch, args, run, inputs, in_err, causal, row, kernels, flush)
+                    rows.append(row)
+            inputs = None
+            torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv):
     args = parse_args(argv)
     try:
@@ -448,52 +707,11 @@ def main(argv):
         flush = torch.empty(4 * l2, dtype=torch.uint8, device="cuda")
     gpu = clean(torch.cuda.get_device_name())
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    causals = [0, 1] if args.causal == "both" else [int(args.causal)]
-    total = len(args.dims) * len(args.seqs) * len(causals) * len(args.peers)
     log("peers: PyTorch %s, CUDA %s, cuDNN %s on %s; B=%d H=%d N=%s D=%s causal=%s; L2 %s; peers %s"
         % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), gpu, args.batch,
            args.heads, ",".join(map(str, args.seqs)), ",".join(map(str, args.dims)), args.causal,
-           "cold" if flush is not None else "warm", ",".join(args.peers)))
-    rows = []
-    i = 0
-    gen = torch.Generator(device="cuda")
-    for D in args.dims:
-        for N in args.seqs:
-            shape = (args.batch, args.heads, N, D)
-            q = k = v = None
-            in_err = None
-            try:
-                gen.manual_seed(0xA77E + 64 * D + N)
-                q, k, v = (torch.randn(shape, dtype=torch.float16, device="cuda", generator=gen)
-                           for _ in range(3))
-            except torch.cuda.OutOfMemoryError as e:
-                in_err = ("OOM", clean(short_oom(e)))
-            for causal in causals:
-                for peer in args.peers:
-                    i += 1
-                    row = dict.fromkeys(COLS, "")
-                    row.update(gpu=gpu, date=date, commit=clean(args.commit), stage=peer, name=peer,
-                               B=str(args.batch), H=str(args.heads), N=str(N), D=str(D),
-                               causal=str(causal), dtype="fp16")
-                    log("[%*d/%d] D=%-3d %-10s N=%-6d %-12s " % (len(str(total)), i, total, D,
-                        "causal" if causal else "non-causal", N, peer), end="")
-                    t0 = time.time()
-                    if in_err:
-                        row.update(status=in_err[0], note="inputs: " + in_err[1])
-                    else:
-                        try:
-                            run_point(torch, args, peer, q, k, v, causal, row, kernels, flush)
-                        except Exception as e:  # keep the sweep going; the row says what happened
-                            row.update(status="error", note=clean("%s: %s" % (type(e).__name__, e)))
-                    if row["status"] in ("ok", "FAIL"):
-                        log("%9s ms %8.1f TFLOP/s %3s reps  %s%s  (%.1f s)" % (
-                            row["ms"], float(row["tflops"]), row["repeats"], row["check"],
-                            "  " + row["note"] if row["note"] else "", time.time() - t0))
-                    else:
-                        log("%s: %s  (%.1f s)" % (row["status"], row["note"], time.time() - t0))
-                    rows.append(row)
-            del q, k, v
-            torch.cuda.empty_cache()
+           "cold" if flush is not None else "warm", ",".join("%s %s" % r for r in point_runs(args))))
+    rows = sweep(torch, args, kernels, flush, dict(gpu=gpu, date=date, commit=clean(args.commit)))
     for r in rows:
         r["l2"] = r["l2"] or "-"
     write_csv(args.csv, [",".join(COLS)] + [",".join(str(r[c]) for c in COLS) for r in rows])

@@ -3,21 +3,35 @@
 #
 #   -v mode=merge         the rows of every CSV given, under one header (columns matched by name)
 #   -v mode=tables        every (D, causal) panel: one row per stage or peer and N; then each fast
-#                         stage against the peers (-v md=1: Markdown; plain aligned text otherwise)
+#                         stage against the peers (-v md=1: Markdown; plain aligned text otherwise);
+#                         then the same for the backward rows (pass bwd), if any, and the backward
+#                         stages against each other
 #   -v mode=stage -v id=NN   one stage's rows, for its README (Markdown)
 #   -v mode=compact       TFLOP/s of every stage and peer at one N, speedup over naive PyTorch
+#   -v mode=bcompact      the same for the backward, speedup over stage 11 (no output, exit 3: no
+#                         backward rows)
 #   -v mode=plotdata -v dir=DIR   data files for gnuplot (report.sh plots)
-# Fast stages (compared with the peers): numeric ids >= fast (default 06), so later stages join alone.
+# Fast stages (compared with the peers): numeric ids >= fast (default 06), so later stages join alone;
+# fast backward stages: ids from fastbwd (default 13) on, a letter after the number allowed (13d), a CPU
+# model (an id ending in m) never. Forward and backward rows never share a panel, a "vs best" or a
+# comparison: a row's pass is part of its point.
 
 BEGIN {
     FS = ","
     NCOL = split("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes," \
-                 "workspace_bytes,max_abs_err,check,repeats,l2,note,pass", COL, ",")
+                 "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,tile_read," \
+                 "tile_written", COL, ",")
     if (fast == "") fast = 6
     # the peers a fast stage is set against, and their short labels
     NPEER = split("sdpa_flash sdpa_cudnn triton_fa2 flash_attn4", PEER, " ")
     LABEL["sdpa_flash"] = "FA2"; LABEL["sdpa_cudnn"] = "cuDNN"; LABEL["triton_fa2"] = "Triton"
     LABEL["flash_attn4"] = "FA4"
+    if (fastbwd == "") fastbwd = 13
+    # The backward road: each stage against the one before it (the issue's targets: 12 >= 5x 11 at
+    # N = 4096, 13 >= 5x 12, 13d within 15% of 13). Stage 11, the naive one, is the backward's baseline
+    # as torch_naive is the forward's.
+    NROAD = split("11 12 13 13d", ROAD, " ")
+    BASEBWD = "11"
 }
 
 FNR == 1 {
@@ -35,46 +49,63 @@ FILENAME == skipfile || /^[ \t]*$/ || /^#/ { next }
     nr++
     for (k = 1; k <= NCOL; k++) R[nr, COL[k]] = (COL[k] in at) ? $(at[COL[k]]) : ""
     if (R[nr, "dtype"] == "") R[nr, "dtype"] = "fp16"
+    if (R[nr, "pass"] == "") R[nr, "pass"] = "fwd"  # a CSV from before the column: the forward's
     if (!wellformed(nr)) {
         printf "report: %s:%d: skipped a malformed row\n", FILENAME, FNR > "/dev/stderr"
         nr--
         next
     }
-    if (R[nr, "pass"] == "bwd") backward[R[nr, "stage"]] = 1
+    if (mode != "merge" && mode != "plotdata") for (k = 1; k <= NCOL; k++) R[nr, COL[k]] = shown(R[nr, COL[k]])
+    if (R[nr, "pass"] == "bwd") bwdstage[R[nr, "stage"]] = 1; else fwdstage[R[nr, "stage"]] = 1
     if (R[nr, "causal"] == "True" || R[nr, "causal"] == "true") R[nr, "causal"] = 1
     R[nr, "causal"] += 0
     if (R[nr, "tflops"] == "" && R[nr, "ms"] > 0)
         R[nr, "tflops"] = 4 * R[nr, "B"] * R[nr, "H"] * R[nr, "N"] * R[nr, "N"] * R[nr, "D"] \
-                          / (R[nr, "causal"] ? 2 : 1) / (R[nr, "ms"] * 1e9)
+                          * (R[nr, "pass"] == "bwd" ? 2.5 : 1) / (R[nr, "causal"] ? 2 : 1) / (R[nr, "ms"] * 1e9)
 }
 
 # A row as the writers write it: as many fields as its header (a quoted field holding a comma would
 # shift every column after it; the writers never quote, so a '"' anywhere is refused), a stage, B, H,
-# N, D positive integers, causal 0/1 (or Python's True/False), and every other number a number or
-# empty. Anything else would be tabulated as 0 and merged as it is.
+# N, D positive integers, causal 0/1 (or Python's True/False), pass fwd or bwd (empty reads as fwd),
+# and every other number a number or empty. Anything else would be tabulated as 0 and merged as it is.
 function wellformed(i,   k, c) {
-    if (NF != hnf || index($0, "\"") || R[i, "stage"] == "") return 0
+    if (NF != hnf || index($0, "\"") || R[i, "stage"] == "" || R[i, "pass"] !~ /^(fwd|bwd)$/) return 0
     for (k = split("B H N D", c, " "); k >= 1; k--) if (R[i, c[k]] !~ /^[0-9]+$/ || R[i, c[k]] + 0 <= 0) return 0
     if (R[i, "causal"] != "" && R[i, "causal"] !~ /^(0|1|True|False|true|false)$/) return 0
-    for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats", c, " "); k >= 1; k--)
+    for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats hbm_read hbm_written tile_read " \
+                   "tile_written", c, " "); k >= 1; k--)
         if (R[i, c[k]] != "" && R[i, c[k]] !~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) return 0
     return 1
 }
+# A CSV field as the tables show it (merge copies the CSV as it is; plotdata has gp() below). A control
+# character becomes '?': an escape sequence reached the terminal. In Markdown, '\' and '|' are escaped
+# (a '|' split its table cell), '<' too (a field holding a README block's end marker, copied into the
+# block, ended it there on the next run, and the README grew on every run), and '`' becomes a quote
+# (it ended the commit's code span). None of these appears in what the writers themselves put there.
+function shown(s) {
+    gsub(/[\001-\037\177]/, "?", s)
+    if (!md) return s
+    gsub(/\\/, "\\\\\\\\", s); gsub(/\|/, "\\|", s); gsub(/</, "\\<", s); gsub(/`/, "'", s)
+    return s
+}
 function ok(i) { return R[i, "status"] == "ok" && R[i, "ms"] > 0 }
-function point(i) { return R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "N"] SUBSEP R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "dtype"] }
-function panel(i) { return R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "dtype"] }
+function point(i) { return R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "N"] SUBSEP R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "dtype"] SUBSEP R[i, "pass"] }
+function panel(i) { return R[i, "D"] SUBSEP R[i, "causal"] SUBSEP R[i, "B"] SUBSEP R[i, "H"] SUBSEP R[i, "dtype"] SUBSEP R[i, "pass"] }
 function numeric(s) { return s ~ /^[0-9]+$/ }
-# A backward stage (its rows' pass is bwd) is set against backward peers only, none of which is
-# compared here yet: it is no fast stage of the forward's comparisons.
-function isfast(s) { return numeric(s) && s + 0 >= fast + 0 && !(s in backward) }
+# A backward stage (its rows' pass is bwd) is set against the peers' backward rows only.
+function isfast(s) { return numeric(s) && s + 0 >= fast + 0 && (s in fwdstage) }
+function isfastbwd(s) { return (s in bwdstage) && s ~ /^[0-9]+[a-z]?$/ && s !~ /m$/ && s + 0 >= fastbwd + 0 }
+function isbwdpanel(k) { return R[prow[k], "pass"] == "bwd" }
 
 # Speedups, series (stages by number, then peers as they first appear), panels and their N.
 function index_rows(   i, j, k, t, p, s, key, one) {
     for (i = 1; i <= nr; i++) {
+        seen[R[i, "status"]] = 1
         if (!ok(i)) continue
         p = point(i)
         if (R[i, "stage"] == "02") base02[p] = R[i, "ms"]
         if (R[i, "stage"] == "torch_naive") basetorch[p] = R[i, "ms"]
+        if (R[i, "stage"] == BASEBWD && R[i, "pass"] == "bwd") basebwd[p] = R[i, "ms"]
         if (!(p in best) || R[i, "ms"] < best[p]) best[p] = R[i, "ms"]
     }
     for (i = 1; i <= nr; i++) {
@@ -86,7 +117,7 @@ function index_rows(   i, j, k, t, p, s, key, one) {
         if (!((pidx[p], R[i, "N"] + 0, s) in find)) find[pidx[p], R[i, "N"] + 0, s] = i
         if (!((R[i, "N"] + 0) in allN)) { allN[R[i, "N"] + 0] = 1; nall++; aN[nall] = R[i, "N"] + 0 }
         if (ok(i)) timed[s] = 1
-        if (s in LABEL) havepeer[s] = 1
+        if (s in LABEL) havepeer[R[i, "pass"], s] = 1
     }
     # series: numeric ids in numeric order first (insertion sort keeps the others' order)
     for (i = 2; i <= ns; i++)
@@ -96,6 +127,12 @@ function index_rows(   i, j, k, t, p, s, key, one) {
             t = pan[j]; pan[j] = pan[j - 1]; pan[j - 1] = t; t = prow[j]; prow[j] = prow[j - 1]; prow[j - 1] = t
         }
     for (k = 1; k <= np; k++) order[k] = pidx[pan[k]]   # sorted position -> the panel's index
+    # the backward panels' order: stages by number, each with its letters after it (11, 12, 12m, 13,
+    # 13d), then the peers; the forward's keeps letters after every number (03m, 06a), as it always has
+    for (i = 1; i <= ns; i++) bser[i] = ser[i]
+    for (i = 2; i <= ns; i++)
+        for (j = i; j > 1 && bbefore(bser[j], bser[j - 1]); j--) { t = bser[j]; bser[j] = bser[j - 1]; bser[j - 1] = t }
+    for (nfp = 0; nfp < np && !isbwdpanel(nfp + 1); nfp++) ;  # forward panels first: 1..nfp
     sort_numbers(aN, nall)
     for (p = 1; p <= np; p++) {
         for (i = 1; i <= pn[p]; i++) one[i] = pN[p, i]
@@ -115,7 +152,12 @@ function sort_numbers(A, n,   gap, i, j, t) {
         }
 }
 function before(a, b) { return numeric(a) && (!numeric(b) || a + 0 < b + 0) }
+function staged(s) { return s ~ /^[0-9]+[a-z]*$/ }
+function bbefore(a, b) { return staged(a) && (!staged(b) || a + 0 < b + 0 || (a + 0 == b + 0 && a < b)) }
+# Series s of panel k's table, in that panel's order.
+function series(k, s) { return isbwdpanel(k) ? bser[s] : ser[s] }
 function pbefore(i, j) {
+    if (R[i, "pass"] != R[j, "pass"]) return R[i, "pass"] == "fwd"
     if (R[i, "D"] != R[j, "D"]) return R[i, "D"] + 0 < R[j, "D"] + 0
     if (R[i, "causal"] != R[j, "causal"]) return R[i, "causal"] < R[j, "causal"]
     if (R[i, "B"] != R[j, "B"]) return R[i, "B"] + 0 < R[j, "B"] + 0
@@ -153,7 +195,7 @@ function metric_cells(i,   st, fail, note) {
     }
     C[1] = fail ? "FAIL" : fmt_ms(R[i, "ms"])   # a wrong result's time means nothing
     C[2] = fail ? "-" : fmt_tf(R[i, "tflops"])
-    C[3] = fmt_x(speedup(i, base02)); C[4] = fmt_x(speedup(i, basetorch)); C[5] = fmt_x(speedup(i, best))
+    C[3] = R[i, "pass"] == "bwd" ? fmt_x(speedup(i, basebwd)) : fmt_x(speedup(i, base02)); C[4] = fmt_x(speedup(i, basetorch)); C[5] = fmt_x(speedup(i, best))
     C[6] = fmt_bytes(R[i, "extra_bytes"])
     if (fail) C[7] = (md ? "**FAIL** " : "FAIL ") note
     else if (R[i, "max_abs_err"] != "")
@@ -220,48 +262,77 @@ function legend(   b) {
         "at that point, over this row's time (above 1: faster). %sextra mem%s: device memory beyond Q, K, V, O and LSE. " \
         "%scheck%s: max |O - O_ref| on sampled rows against the double CPU reference; a FAIL row is never counted as a " \
         "timing. OOM: the stage's workspace does not fit; cpu-skip: the CPU stage would take longer than the limit; " \
-        "unavailable: the stage does not run on this GPU (its note says why); unsupported: a head dim the stage does " \
-        "not take.\n\n", b, b, b, b, b, b, b, b, b, b, b, b, b, b
+        "%sunavailable: the stage does not run on this GPU (its note says why); unsupported: a head dim the stage does " \
+        "not take.\n\n", b, b, b, b, b, b, b, b, b, b, b, b, b, b,
+        ("gpu-skip" in seen) ? "gpu-skip: a GPU stage's run was estimated above the limit (attn-bench --gpu-limit); " : ""
 }
 
-function panel_title(k,   i) {
-    i = prow[k]
-    if (md) printf "**D = %d, %s** (B=%d, H=%d, %s)\n\n", R[i, "D"], causal_word(R[i, "causal"]), R[i, "B"], R[i, "H"], R[i, "dtype"]
-    else printf "== D=%d, %s  (B=%d, H=%d, %s) ==\n", R[i, "D"], causal_word(R[i, "causal"]), R[i, "B"], R[i, "H"], R[i, "dtype"]
+# What the backward rows' columns mean, once before their panels.
+function legend_bwd(   b) {
+    b = md ? "*" : ""
+    printf "%sBackward%s: dQ, dK and dV from dO and the forward's O and LSE (the rows whose pass is bwd). %sms%s: the " \
+        "backward alone (a stage's forward runs once before it, untimed; a peer's is torch.autograd.grad of its output, " \
+        "which times no accumulation into .grad). %sTFLOP/s%s: 2.5 times the forward's 4·B·H·N²·D FLOPs (half when causal; " \
+        "five products of the forward's size against two) / time. %svs %s%s, %svs best%s: the time of stage %s (the naive " \
+        "backward) or of the fastest backward row at that point over this row's time. %sextra mem%s: device memory beyond " \
+        "Q, K, V, O, LSE, dO, dQ, dK and dV: stage 11's N×N P and dS grow as N², stage 12's and 13's fp32 dQ accumulator " \
+        "and D as N. %scheck%s: the largest error of dQ, dK and dV against the double reference (the peers: float64, " \
+        "on sampled heads), with the tolerance of suite/check_backward.c.\n\n",
+        b, b, b, b, b, b, b, BASEBWD, b, b, b, BASEBWD, b, b, b, b
 }
 
-function tables(   k, j, n, s, i, first, c) {
-    header(); legend()
-    for (k = 1; k <= np; k++) {
-        tnew("N>|stage<|ms>|TFLOP/s>|vs 02>|vs torch>|vs best>|extra mem>|check<")
-        for (j = 1; j <= pn[order[k]]; j++) {
-            n = pN[order[k], j]; first = 1
-            for (s = 1; s <= ns; s++) {
-                i = row_at(k, n, ser[s])
-                if (!i || R[i, "status"] == "no-gpu") continue
-                metric_cells(i)
-                tadd(1, first ? n : ""); tadd(2, label(i))
-                for (c = 1; c <= 7; c++) tadd(c + 2, C[c])
-                first = 0
-            }
+function panel_title(k,   i, bw) {
+    i = prow[k]; bw = isbwdpanel(k)
+    if (md) printf "**%s %d, %s** (B=%d, H=%d, %s)\n\n", bw ? "Backward, D =" : "D =", R[i, "D"], causal_word(R[i, "causal"]),
+        R[i, "B"], R[i, "H"], R[i, "dtype"]
+    else printf "== %s%d, %s  (B=%d, H=%d, %s) ==\n", bw ? "Backward: D=" : "D=", R[i, "D"], causal_word(R[i, "causal"]),
+        R[i, "B"], R[i, "H"], R[i, "dtype"]
+}
+
+# Panel k's table: a row per stage or peer and N. A backward panel's third column is the time of stage
+# 11 over the row's (vs 02 and vs torch have no backward rows to divide).
+function panel_table(k,   j, n, s, i, first, c, bw) {
+    bw = isbwdpanel(k)
+    tnew(bw ? "N>|stage<|ms>|TFLOP/s>|vs " BASEBWD ">|vs best>|extra mem>|check<" \
+            : "N>|stage<|ms>|TFLOP/s>|vs 02>|vs torch>|vs best>|extra mem>|check<")
+    for (j = 1; j <= pn[order[k]]; j++) {
+        n = pN[order[k], j]; first = 1
+        for (s = 1; s <= ns; s++) {
+            i = row_at(k, n, series(k, s))
+            if (!i || R[i, "status"] == "no-gpu") continue
+            metric_cells(i)
+            tadd(1, first ? n : ""); tadd(2, label(i))
+            for (c = 1; c <= 7; c++) if (!bw || c != 4) tadd(c + 2 - (bw && c > 4), C[c])
+            first = 0
         }
-        if (trows) { panel_title(k); tprint(); print "" }
     }
-    for (s = 1; s <= ns; s++) if (isfast(ser[s]) && (ser[s] in timed)) versus(ser[s])
+    if (trows) { panel_title(k); tprint(); print "" }
 }
 
-# Fast stage f against each peer present: the peer's time over the stage's, per panel and N.
-function versus(f,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk, fa4) {
-    for (q = 1; q <= NPEER; q++) if (PEER[q] in havepeer) pk[++npk] = PEER[q]
+function tables(   k, s) {
+    header(); legend()
+    for (k = 1; k <= nfp; k++) panel_table(k)
+    for (s = 1; s <= ns; s++) if (isfast(ser[s]) && (ser[s] in timed)) versus(ser[s], 1, nfp, "fwd")
+    if (nfp == np) return
+    legend_bwd()
+    for (k = nfp + 1; k <= np; k++) panel_table(k)
+    for (s = 1; s <= ns; s++) if (isfastbwd(ser[s]) && (ser[s] in timed)) versus(ser[s], nfp + 1, np, "bwd")
+    road()
+}
+
+# Fast stage f against each peer present in pass ps: the peer's time over the stage's, per panel
+# (k0..k1, those of the pass) and N.
+function versus(f, k0, k1, ps,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk, fa4, kv) {
+    for (q = 1; q <= NPEER; q++) if ((ps, PEER[q]) in havepeer) pk[++npk] = PEER[q]
     if (!npk) return
-    if (np * npk > 15) np_v = int(15 / npk); else np_v = np
+    kv = k1 - k0 + 1 > int(15 / npk) ? k0 + int(15 / npk) - 1 : k1   # at most 15 columns
     spec = "N>"
-    for (k = 1; k <= np_v; k++) for (q = 1; q <= npk; q++)
+    for (k = k0; k <= kv; k++) for (q = 1; q <= npk; q++)
         spec = spec sprintf("|D=%d%s vs %s>", R[prow[k], "D"], R[prow[k], "causal"] ? " causal" : "", LABEL[pk[q]])
     tnew(spec)
     for (j = 1; j <= nall; j++) {
         n = aN[j]; any = 0
-        for (k = 1; k <= np_v; k++) for (q = 1; q <= npk; q++) {
+        for (k = k0; k <= kv; k++) for (q = 1; q <= npk; q++) {
             a = row_at(k, n, f); b = row_at(k, n, pk[q])
             if (!a || !b) cell[k, q] = "-"
             else if (!ok(b)) cell[k, q] = LABEL[pk[q]] " " R[b, "status"]
@@ -270,21 +341,61 @@ function versus(f,   spec, k, q, j, n, a, b, cell, any, desc, npk, pk, fa4) {
         }
         if (!any) continue
         tadd(1, n)
-        for (k = 1; k <= np_v; k++) for (q = 1; q <= npk; q++) tadd(1 + (k - 1) * npk + q, cell[k, q])
+        for (k = k0; k <= kv; k++) for (q = 1; q <= npk; q++) tadd(1 + (k - k0) * npk + q, cell[k, q])
     }
     if (!trows) return
     for (q = 1; q <= npk; q++) desc = desc (q > 1 ? ", " : "") LABEL[pk[q]]
-    fa4 = ("flash_attn4" in havepeer) ? "; FA4: the flash-attn-4 package (on Hopper, its FlashAttention-3-class kernel)" : ""
-    if (md) printf "**Stage %s against the peers** (%s): the peer's time over stage %s's; above 1, stage %s is faster. " \
+    fa4 = ((ps, "flash_attn4") in havepeer) ? "; FA4: the flash-attn-4 package (on Hopper, its FlashAttention-3-class kernel)" : ""
+    if (ps == "bwd") {
+        if (md) printf "**Stage %s's backward against the peers' backward** (%s): the peer's time over stage %s's; above 1, " \
+            "stage %s is faster. FA2 and cuDNN: the backward of PyTorch SDPA's FlashAttention-2 and cuDNN backends%s.\n\n", \
+            f, desc, f, f, fa4
+        else printf "== Backward: stage %s against the peers' backward (%s): peer time / stage %s time (above 1: %s is faster) ==\n", \
+            f, desc, f, f
+    } else if (md) printf "**Stage %s against the peers** (%s): the peer's time over stage %s's; above 1, stage %s is faster. " \
         "FA2 and cuDNN: PyTorch SDPA's FlashAttention-2 and cuDNN backends; Triton: the seed's kernel as written here, python/triton_fa2.py%s.\n\n", \
         f, desc, f, f, fa4
     else printf "== Stage %s against the peers (%s): peer time / stage %s time (above 1: %s is faster) ==\n", f, desc, f, f
     tprint(); print ""
 }
 
+# The time of ROAD[r - 1] over that of ROAD[r], at point k, N (a cell of road() and stage_table_bwd()).
+function road_cell(k, n, r,   a, b) {
+    a = row_at(k, n, ROAD[r]); b = row_at(k, n, ROAD[r - 1])
+    if (!a || !b) return "-"
+    if (!ok(b)) return ROAD[r - 1] " " R[b, "status"]
+    if (!ok(a)) return ROAD[r] " " R[a, "status"]
+    return sprintf("%.2f", R[b, "ms"] / R[a, "ms"])
+}
+# Where r stands in ROAD (0: not on it).
+function road_at(s,   r) { for (r = NROAD; r >= 1 && ROAD[r] != s; r--) ; return r }
+
+# The backward stages against each other, the ratios the targets are set in: a row per panel and N.
+function road(   spec, r, nc, col, k, j, n, any, c, cell) {
+    for (r = 2; r <= NROAD; r++) if ((ROAD[r] in bwdstage) && (ROAD[r - 1] in bwdstage)) col[++nc] = r
+    if (!nc) return
+    spec = "D>|causal<|N>"
+    for (c = 1; c <= nc; c++) spec = spec "|" ROAD[col[c]] " vs " ROAD[col[c] - 1] ">"
+    tnew(spec)
+    for (k = nfp + 1; k <= np; k++) for (j = 1; j <= pn[order[k]]; j++) {
+        n = pN[order[k], j]; any = 0
+        for (c = 1; c <= nc; c++) if ((cell[c] = road_cell(k, n, col[c])) ~ /^[0-9]/) any = 1
+        if (!any) continue
+        tadd(1, R[prow[k], "D"]); tadd(2, R[prow[k], "causal"] ? "yes" : "no"); tadd(3, n)
+        for (c = 1; c <= nc; c++) tadd(3 + c, cell[c])
+    }
+    if (!trows) return
+    if (md) printf "**The backward stages against each other**: the earlier stage's time over the later one's (above 1: " \
+        "the later is faster). Targets: 12 vs 11 >= 5 at N = 4096, 13 vs 12 >= 5, 13d vs 13 >= 0.87 (13d within 15%% of " \
+        "13's time).\n\n"
+    else printf "== Backward: the stages against each other: earlier stage's time / later stage's time ==\n"
+    tprint(); print ""
+}
+
 # One stage's rows for its README; a fast stage also gets the peers' TFLOP/s and time ratios.
 function stage_table(f,   spec, npk, pk, q, k, j, n, i, b, last) {
-    if (isfast(f)) for (q = 1; q <= NPEER; q++) if (PEER[q] in havepeer) pk[++npk] = PEER[q]
+    if (f in bwdstage) { stage_table_bwd(f); return }
+    if (isfast(f)) for (q = 1; q <= NPEER; q++) if (("fwd", PEER[q]) in havepeer) pk[++npk] = PEER[q]
     spec = "D>|causal<|N>|ms>|TFLOP/s>|vs 02>|vs torch>|extra mem>|check<"
     for (q = 1; q <= npk; q++) spec = spec "|" LABEL[pk[q]] " TFLOP/s>"
     for (q = 1; q <= npk; q++) spec = spec "|vs " LABEL[pk[q]] ">"
@@ -308,32 +419,68 @@ function stage_table(f,   spec, npk, pk, q, k, j, n, i, b, last) {
     tprint()
 }
 
-# TFLOP/s of every stage and peer at one N (the largest where naive PyTorch ran in every panel,
-# else the largest), with the speedup over naive PyTorch in brackets: the top README's table.
-function compact(   k, j, n, N, s, i, spec, cnt, sp) {
+# A backward stage's rows for its README: vs 11, vs the stage before it on the road (when that is not
+# 11), the memory beyond the inputs and gradients; a fast one also the peers' backward.
+function stage_table_bwd(f,   spec, npk, pk, q, k, j, n, i, b, last, r, c) {
+    if (isfastbwd(f)) for (q = 1; q <= NPEER; q++) if (("bwd", PEER[q]) in havepeer) pk[++npk] = PEER[q]
+    r = road_at(f); if (r > 1 && ROAD[r - 1] == BASEBWD) r = 0
+    spec = "D>|causal<|N>|ms>|TFLOP/s>|vs " BASEBWD ">" (r > 1 ? "|vs " ROAD[r - 1] ">" : "") "|extra mem>|check<"
+    for (q = 1; q <= npk; q++) spec = spec "|" LABEL[pk[q]] " TFLOP/s>"
+    for (q = 1; q <= npk; q++) spec = spec "|vs " LABEL[pk[q]] ">"
+    tnew(spec)
+    for (k = nfp + 1; k <= np; k++) for (j = 1; j <= pn[order[k]]; j++) {
+        n = pN[order[k], j]
+        if (!(i = row_at(k, n, f))) continue
+        last = i
+        metric_cells(i)
+        tadd(1, R[i, "D"]); tadd(2, R[i, "causal"] ? "yes" : "no"); tadd(3, n)
+        tadd(4, C[1]); tadd(5, C[2]); tadd(6, C[3]); c = 6
+        if (r > 1) tadd(++c, road_cell(k, n, r))
+        tadd(++c, C[6]); tadd(++c, C[7])
+        for (q = 1; q <= npk; q++) {
+            b = row_at(k, n, pk[q])
+            tadd(c + q, b && ok(b) ? fmt_tf(R[b, "tflops"]) : b ? R[b, "status"] : "-")
+            tadd(c + npk + q, b && ok(b) && ok(i) ? sprintf("%.2f", R[b, "ms"] / R[i, "ms"]) : "-")
+        }
+    }
+    if (!last) { printf "report: no rows for stage %s in this CSV\n", f > "/dev/stderr"; exit 1 }
+    printf "Stage %s's backward on **%s** (B=%d, H=%d, %s; date %s, commit `%s`; TFLOP/s at 2.5 times the forward's " \
+        "FLOPs; extra mem: beyond Q, K, V, O, LSE, dO and the gradients):\n\n", f, R[last, "gpu"], R[last, "B"], R[last, "H"],
+        R[last, "dtype"], R[last, "date"], R[last, "commit"]
+    tprint()
+}
+
+# TFLOP/s of every stage and peer at one N of panels k0..k1 (the largest where the baseline bs ran in
+# every one of them, else the largest), with the speedup over it (times in base) in brackets: the top
+# README's table, the forward's (baseline naive PyTorch) and the backward's (stage 11).
+function compact(k0, k1, bs, base,   k, j, n, N, s, i, spec, cnt, sp) {
     for (j = 1; j <= nall; j++) {
         cnt = 0
-        for (k = 1; k <= np; k++) if ((i = row_at(k, aN[j], "torch_naive")) && ok(i)) cnt++
-        if (cnt == np) N = aN[j]
+        for (k = k0; k <= k1; k++) if ((i = row_at(k, aN[j], bs)) && ok(i)) cnt++
+        if (cnt == k1 - k0 + 1) N = aN[j]
     }
     if (N == "") N = aN[nall]
     spec = "stage<"
-    for (k = 1; k <= np; k++) spec = spec sprintf("|D=%d%s>", R[prow[k], "D"], R[prow[k], "causal"] ? " causal" : "")
+    for (k = k0; k <= k1; k++) spec = spec sprintf("|D=%d%s>", R[prow[k], "D"], R[prow[k], "causal"] ? " causal" : "")
     tnew(spec)
     for (s = 1; s <= ns; s++) {
         cnt = 0
-        for (k = 1; k <= np; k++) if ((i = row_at(k, N, ser[s])) && R[i, "status"] ~ /^(ok|OOM|FAIL)$/) cnt++
+        for (k = k0; k <= k1; k++) if ((i = row_at(k, N, series(k0, s))) && R[i, "status"] ~ /^(ok|OOM|FAIL)$/) cnt++
         if (!cnt) continue
-        for (k = 1; k <= np && !(i = row_at(k, N, ser[s])); k++) ;
+        for (k = k0; k <= k1 && !(i = row_at(k, N, series(k0, s))); k++) ;
         tadd(1, label(i))
-        for (k = 1; k <= np; k++) {
-            i = row_at(k, N, ser[s])
-            sp = i ? speedup(i, basetorch) : -1
-            tadd(k + 1, !i ? "-" : !ok(i) ? R[i, "status"] : fmt_tf(R[i, "tflops"]) (sp > 0 ? " (" fmt_x(sp) ")" : ""))
+        for (k = k0; k <= k1; k++) {
+            i = row_at(k, N, series(k0, s))
+            sp = i ? speedup(i, base) : -1
+            tadd(k - k0 + 2, !i ? "-" : !ok(i) ? R[i, "status"] : fmt_tf(R[i, "tflops"]) (sp > 0 ? " (" fmt_x(sp) ")" : ""))
         }
     }
-    i = prow[1]
-    printf "**TFLOP/s at N = %d** (B=%d, H=%d, %s; in brackets: the speedup over naive PyTorch) on **%s**, " \
+    i = prow[k0]
+    if (bs == BASEBWD)
+        printf "**Backward TFLOP/s at N = %d** (B=%d, H=%d, %s; 2.5 times the forward's FLOPs; in brackets: the speedup " \
+            "over stage %s, the naive backward) on **%s**, date %s, commit `%s`:\n\n", N, R[i, "B"], R[i, "H"], R[i, "dtype"],
+            BASEBWD, R[i, "gpu"], R[i, "date"], R[i, "commit"]
+    else printf "**TFLOP/s at N = %d** (B=%d, H=%d, %s; in brackets: the speedup over naive PyTorch) on **%s**, " \
         "date %s, commit `%s`:\n\n", N, R[i, "B"], R[i, "H"], R[i, "dtype"], R[i, "gpu"], R[i, "date"], R[i, "commit"]
     tprint()
 }
@@ -344,13 +491,13 @@ function compact(   k, j, n, N, s, i, spec, cnt, sp) {
 # into the script, so a planted CSV must not be able to reach either.
 function gp(s) { gsub(/[^A-Za-z0-9 ._:+\/()=,-]/, "_", s); return s }
 
-# Files for gnuplot in dir: panels ("k D causal B H"), series ("s kind label", in order), one
+# Files for gnuplot in dir: panels ("k D causal B H pass"), series ("s kind label", in order), one
 # d_k_s.dat per panel and series ("N ms TFLOP/s vs02 vstorch GiB", NaN where absent), have ("k s
 # column" for every column with a value), oom ("k s N": the points marked OOM), meta.
 function plotdata(   k, s, i, j, n, f, v, c, sp, mem) {
     for (k = 1; k <= np; k++) {
         i = prow[k]
-        print k, gp(R[i, "D"]), R[i, "causal"], gp(R[i, "B"]), gp(R[i, "H"]) > (dir "/panels")
+        print k, gp(R[i, "D"]), R[i, "causal"], gp(R[i, "B"]), gp(R[i, "H"]), R[i, "pass"] > (dir "/panels")
     }
     for (s = 1; s <= ns; s++) {
         for (j = 1; j <= nr && R[j, "stage"] != ser[s]; j++) ;
@@ -386,7 +533,8 @@ END {
     index_rows()
     if (mode == "tables") tables()
     else if (mode == "stage") stage_table(id)
-    else if (mode == "compact") compact()
+    else if (mode == "compact") { if (nfp) compact(1, nfp, "torch_naive", basetorch) }
+    else if (mode == "bcompact") { if (nfp == np) exit 3; compact(nfp + 1, np, BASEBWD, basebwd) }
     else if (mode == "plotdata") plotdata()
     else { printf "report: unknown mode '%s'\n", mode > "/dev/stderr"; exit 2 }
 }

@@ -3,20 +3,24 @@
 # (bench/report.awk does the tables), gnuplot for the plots when it is there. No Python.
 #
 #   report.sh merge OUT CSV...   the rows of several CSVs (attn-bench's, the peers') into OUT
-#   report.sh tables CSV [md]    the tables of every (D, causal) and each fast stage against the peers
-#   report.sh stage CSV NN       one stage's table (Markdown), as in its README
+#   report.sh tables CSV [md]    the tables of every (D, causal) and each fast stage against the peers;
+#                                then the backward's (rows whose pass is bwd), if the CSV has any
+#   report.sh stage CSV ID       one stage's table (Markdown), as in its README (ID: 09, 13d, ...)
 #   report.sh compact CSV        the top README's table: TFLOP/s at one N, speedup over naive PyTorch
+#   report.sh bcompact CSV       the same for the backward, speedup over stage 11 (exit 3: no backward)
 #   report.sh plots CSV DIR      latency, speedup over naive PyTorch and over stage 02, TFLOP/s and
-#                                memory against N (PNGs): one panel per (D, causal), one line per
-#                                stage or peer, OOM points marked at the top of their panel
-#   report.sh readme CSV         rewrites the generated blocks of README.md (compact table),
-#                                bench/README.md (every table, the plots) and NN_*/README.md
-# BENCH_FAST=NN: the first stage compared with the peers (default 06; later stages join it).
+#                                memory against N (PNGs): one panel per (D, causal) and pass, one
+#                                line per stage or peer, OOM points marked at the top of their panel
+#   report.sh readme CSV         rewrites the generated blocks of README.md (compact tables),
+#                                bench/README.md (every table, the plots) and NN_*/README.md (each
+#                                <!-- bench:stage:ID:begin --> block there: ID's table)
+# BENCH_FAST=NN: the first stage compared with the peers (default 06; later stages join it);
+# BENCH_FAST_BWD=NN the same for the backward (default 13).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
-fast=${BENCH_FAST:-06}
-rep() { mode=$1; shift; LC_ALL=C awk -v mode="$mode" -v fast="$fast" "$@"; }
+fast=${BENCH_FAST:-06} fastbwd=${BENCH_FAST_BWD:-13}
+rep() { mode=$1; shift; LC_ALL=C awk -v mode="$mode" -v fast="$fast" -v fastbwd="$fastbwd" "$@"; }
 need_csv() { [ -s "$1" ] || { echo "report: no CSV at $1" >&2; exit 1; }; }
 
 plots() {
@@ -33,14 +37,19 @@ plots() {
     [ -s "$tmp/meta" ] || { echo "plots: $csv has no row with status ok; nothing to plot" >&2; return 0; }
     IFS='	' read -r gpu date commit < "$tmp/meta"
     [ "$gpu" = none ] && gpu='no GPU (CPU stage only)'
-    n=$(wc -l < "$tmp/panels")
-    cols=$(( n <= 1 ? 1 : n <= 4 ? 2 : 3 )); rows=$(( (n + cols - 1) / cols ))
     status=0
-    # name|column|ylabel|log y|title
-    while IFS='|' read -r name col ylabel logy title; do
-        if ! grep -q " $col\$" "$tmp/have"; then
-            echo "plots: nothing to draw for $name.png (no such values in $csv), skipped"; continue
+    # The forward's figures, then the backward's (NAME_backward.png: its own panels, so that neither
+    # squeezes the other's); a figure has the panels of its pass with values in its column.
+    # pass|name|column|ylabel|log y|title
+    while IFS='|' read -r pass name col ylabel logy title; do
+        awk -v c="$col" -v p="$pass" 'NR == FNR { if ($6 == p) want[$1] = 1; next } $3 == c && ($1 in want) { print $1 }' \
+            "$tmp/panels" "$tmp/have" | sort -un > "$tmp/drawn"
+        n=$(wc -l < "$tmp/drawn")
+        if [ "$n" = 0 ]; then
+            [ "$pass" = fwd ] && echo "plots: nothing to draw for $name.png (no such values in $csv), skipped"
+            continue
         fi
+        cols=$(( n <= 1 ? 1 : n <= 4 ? 2 : 3 )); rows=$(( (n + cols - 1) / cols ))
         gp_script "$name" "$col" "$ylabel" "$logy" "$title" > "$tmp/$name.gp"
         # gnuplot runs in $tmp and the script names its files relative to it: no path, which could hold
         # a quote or a backquote, is ever written into the script (report.awk cleans the CSV's fields)
@@ -48,17 +57,21 @@ plots() {
             echo "plots: $out/$name.png"
         else echo "plots: gnuplot failed on $name:" >&2; cat "$tmp/err" >&2; status=1; fi
     done <<EOF
-latency|2|median time (ms)|1|Latency (median over repeats)
-speedup_vs_torch|5|speedup over naive PyTorch (x)|1|Speedup over naive PyTorch (torch_naive): its time / time
-speedup_vs_02|4|speedup over stage 02 (x)|1|Speedup over stage 02 (naive GPU): time of 02 / time
-tflops|3|TFLOP/s|1|Throughput: 4·B·H·N²·D FLOPs (half when causal) / time
-memory|6|GiB beyond Q, K, V, O, LSE|0|Peak device memory beyond the inputs and outputs
+fwd|latency|2|median time (ms)|1|Latency (median over repeats)
+fwd|speedup_vs_torch|5|speedup over naive PyTorch (x)|1|Speedup over naive PyTorch (torch_naive): its time / time
+fwd|speedup_vs_02|4|speedup over stage 02 (x)|1|Speedup over stage 02 (naive GPU): time of 02 / time
+fwd|tflops|3|TFLOP/s|1|Throughput: 4·B·H·N²·D FLOPs (half when causal) / time
+fwd|memory|6|GiB beyond Q, K, V, O, LSE|0|Peak device memory beyond the inputs and outputs
+bwd|latency_backward|2|median time (ms)|1|Backward: latency (median over repeats)
+bwd|tflops_backward|3|TFLOP/s|1|Backward throughput: 2.5 x 4·B·H·N²·D FLOPs (half when causal) / time
+bwd|memory_backward|6|GiB beyond Q, K, V, O, LSE, dO, dQ, dK, dV|0|Backward: peak device memory beyond the inputs and gradients
 EOF
     return $status
 }
 
-# One figure: a panel per (D, causal), a line per series (stages solid, peers dashed, one colour
-# per series in every figure), an x at the top of the panel where a series ran out of memory.
+# One figure: a panel per (D, causal) of its pass with values in it ($tmp/drawn), a line per series
+# (stages solid, peers dashed, one colour per series in every figure), an x at the top of the panel
+# where a series ran out of memory.
 gp_script() {
     name=$1 col=$2 ylabel=$3 logy=$4 title=$5
     echo "set terminal pngcairo noenhanced size 1400,820 font 'Sans,9' linewidth 1.2"
@@ -74,7 +87,8 @@ gp_script() {
     echo "set logscale x 2; set format x '%.0f'; set xlabel 'sequence length N'; set ylabel '$ylabel'"
     if [ "$logy" = 1 ]; then echo "set logscale y; set format y '%g'"; else echo "unset logscale y; set yrange [0:*]"; fi
     printf '%s\n' "set multiplot layout $rows,$cols title \"$title\\n$gpu · $date · commit $commit\" font 'Sans,11'"
-    while read -r k D causal B H; do
+    while read -r k D causal B H pass; do
+        grep -qx "$k" "$tmp/drawn" || continue
         cw=non-causal; [ "$causal" = 1 ] && cw=causal
         echo "set title 'D = $D, $cw (B=$B, H=$H)'; unset label"
         plot="" m=0
@@ -93,17 +107,20 @@ gp_script() {
     echo "unset multiplot"
 }
 
-# replace FILE BEGIN END CONTENT: the lines strictly between the markers become CONTENT's.
+# replace FILE BEGIN END CONTENT: the lines strictly between the markers become CONTENT's. A marker is
+# a line of its own (surrounding blanks aside): found anywhere in a line, a copy that a CSV field put
+# into the block ended the block there on the next run (report.awk's shown() escapes them too).
 replace() {
     file=$1 begin=$2 end=$3 content=$4
-    if ! awk -v b="$begin" -v e="$end" 'index($0, b) && !nb { nb = NR } index($0, e) && !ne { ne = NR }
-        END { exit !(nb && ne && nb < ne) }' "$file"; then
+    is='function is(m,   l) { l = $0; sub(/^[ \t]+/, "", l); sub(/[ \t\r]+$/, "", l); return l == m }'
+    if ! awk -v b="$begin" -v e="$end" "$is"'
+        is(b) && !nb { nb = NR } is(e) && !ne { ne = NR } END { exit !(nb && ne && nb < ne) }' "$file"; then
         echo "report: $file has no '$begin' ... '$end' markers (in that order); left alone" >&2
         return 0
     fi
-    awk -v b="$begin" -v e="$end" -v content="$content" '
-        !done && index($0, b) { print; while ((getline line < content) > 0) print line; skip = 1; next }
-        skip && index($0, e) { skip = 0; done = 1 }
+    awk -v b="$begin" -v e="$end" -v content="$content" "$is"'
+        !done && is(b) { print; while ((getline line < content) > 0) print line; skip = 1; next }
+        skip && is(e) { skip = 0; done = 1 }
         !skip { print }' "$file" > "$content.new"
     if cmp -s "$content.new" "$file"; then echo "report: $file unchanged"
     else cat "$content.new" > "$file"; echo "report: $file updated"; fi
@@ -112,7 +129,8 @@ replace() {
 # Image links to the PNGs beside the CSV, as seen from a README in folder PREFIX (relative path).
 images() {
     for p in latency:Latency speedup_vs_torch:Speedup\ over\ naive\ PyTorch speedup_vs_02:Speedup\ over\ stage\ 02 \
-             tflops:TFLOP/s memory:Memory\ beyond\ the\ inputs\ and\ outputs; do
+             tflops:TFLOP/s memory:Memory\ beyond\ the\ inputs\ and\ outputs latency_backward:Backward\ latency \
+             tflops_backward:Backward\ TFLOP/s memory_backward:Backward\ memory\ beyond\ the\ inputs\ and\ gradients; do
         [ -f "$(dirname "$csv")/${p%%:*}.png" ] && echo "![${p#*:}]($1$(dirname "$csv")/${p%%:*}.png)"
     done
     return 0
@@ -121,12 +139,20 @@ images() {
 readme() {
     csv=$1 cmd=${BENCH_CMD:-make bench}
     need_csv "$csv"
+    # both go into the READMEs as they are (a code span, a link, the generated comment), where a '<', '`'
+    # or '|' could end one early, as a CSV field could (report.awk's shown())
+    for v in "CSV path:$csv" "BENCH_CMD:$cmd"; do
+        case ${v#*:} in *[\<\>\|\`]*|*[[:cntrl:]]*)
+            echo "report: readme: the ${v%%:*} '${v#*:}' holds '<', '>', '|', '\`' or a control character" >&2; exit 2 ;;
+        esac
+    done
     root=$(cd "$here/.." && pwd)
     case "$csv" in /*) echo "report: $csv should be relative to $root for the README links" >&2 ;; esac
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/attn-readme.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT INT TERM
     gen="<!-- generated by bench/report.sh from $csv: edit neither by hand -->"
     { echo "$gen"; echo; rep compact -v md=1 -f "$here/report.awk" "$csv"; echo
+      if rep bcompact -v md=1 -f "$here/report.awk" "$csv" > "$tmp/bcompact.md"; then cat "$tmp/bcompact.md"; echo; fi
       echo "Every (D, causal) and N, each fast stage against FA2, cuDNN and Triton, and the plots: [bench/README.md](bench/README.md#results)."
       echo "Command: \`$cmd\`; CSV: [\`$csv\`]($csv)."
       [ -f "$(dirname "$csv")/speedup_vs_torch.png" ] && { echo; echo "![Speedup over naive PyTorch]($(dirname "$csv")/speedup_vs_torch.png)"; }
@@ -136,19 +162,22 @@ readme() {
       rep tables -v md=1 -f "$here/report.awk" "$csv"; echo; images ../
     } > "$tmp/bench.md"
     replace "$root/bench/README.md" "<!-- bench:tables:begin -->" "<!-- bench:tables:end -->" "$tmp/bench.md"
+    # each stage block in a stage's README: <!-- bench:stage:ID:begin --> (stage 13's holds 13 and 13d)
     for dir in "$root"/[0-9][0-9]_*/; do
-        dir=${dir%/} id=$(basename "$dir" | cut -c1-2)
-        [ -f "$dir/README.md" ] && grep -qF "<!-- bench:stage:$id:begin -->" "$dir/README.md" || continue
-        { echo "$gen"; echo
-          rep stage -v md=1 -v id="$id" -f "$here/report.awk" "$csv" 2>/dev/null || { echo; echo "(No rows for stage $id in the last run.)"; }
-          echo; echo "All stages side by side, with plots: [bench/README.md](../bench/README.md#results). Command: \`$cmd\`."
-        } > "$tmp/stage.md"
-        replace "$dir/README.md" "<!-- bench:stage:$id:begin -->" "<!-- bench:stage:$id:end -->" "$tmp/stage.md"
+        dir=${dir%/}
+        [ -f "$dir/README.md" ] || continue
+        for id in $(sed -n 's/^<!-- bench:stage:\([0-9][0-9][a-z]*\):begin -->$/\1/p' "$dir/README.md"); do
+            { echo "$gen"; echo
+              rep stage -v md=1 -v id="$id" -f "$here/report.awk" "$csv" 2>/dev/null || { echo; echo "(No rows for stage $id in the last run.)"; }
+              echo; echo "All stages side by side, with plots: [bench/README.md](../bench/README.md#results). Command: \`$cmd\`."
+            } > "$tmp/stage.md"
+            replace "$dir/README.md" "<!-- bench:stage:$id:begin -->" "<!-- bench:stage:$id:end -->" "$tmp/stage.md"
+        done
     done
 }
 
 cmd=${1:-}
-[ $# -ge 2 ] || { sed -n '5,14p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '5,18p' "$0" >&2; exit 2; }
 case $cmd in
 merge) out=$2; shift 2; [ $# -ge 1 ] || { echo "report: nothing to merge into $out" >&2; exit 1; }
     # OUT is replaced by a rename: a directory would take the file inside it, and a FIFO or a device
@@ -166,7 +195,8 @@ merge) out=$2; shift 2; [ $# -ge 1 ] || { echo "report: nothing to merge into $o
 tables) need_csv "$2"; rep tables -v md="$([ "${3:-}" = md ] && echo 1 || echo 0)" -f "$here/report.awk" "$2" ;;
 stage) need_csv "$2"; rep stage -v md=1 -v id="${3:?stage id}" -f "$here/report.awk" "$2" ;;
 compact) need_csv "$2"; rep compact -v md=1 -f "$here/report.awk" "$2" ;;
+bcompact) need_csv "$2"; rep bcompact -v md=1 -f "$here/report.awk" "$2" ;;
 plots) plots "$2" "${3:-build/bench}" ;;
 readme) cd "$here/.." && readme "$2" ;;
-*) sed -n '5,14p' "$0" >&2; exit 2 ;;
+*) sed -n '5,18p' "$0" >&2; exit 2 ;;
 esac

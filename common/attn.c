@@ -124,3 +124,22 @@ int attn_parse_integer(const char *s, long long lo, long long hi, long long *out
     *out = v;
     return 0;
 }
+
+int attn_parse_real(const char *s, double *out) {
+    if (!s) return -1;
+    const char *p = s + (*s == '-');
+    const size_t whole = strspn(p, "0123456789");
+    p += whole;
+    const size_t frac = *p == '.' ? strspn(p + 1, "0123456789") : 0;
+    if (*p == '.') p += 1 + frac;
+    if (whole + frac == 0) return -1; /* "", "-", ".", "e5" */
+    if (*p == 'e' || *p == 'E') {
+        p += 1 + (p[1] == '-' || p[1] == '+');
+        const size_t exp = strspn(p, "0123456789");
+        if (!exp) return -1;
+        p += exp;
+    }
+    if (*p) return -1;
+    *out = strtod(s, NULL); /* past double's range: +-inf or 0, which the caller's range refuses */
+    return 0;
+}

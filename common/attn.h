@@ -89,6 +89,12 @@ const char *attn_dir_sep(const char *dir);
  * not; the caller names the flag in its message. */
 int attn_parse_integer(const char *s, long long lo, long long hi, long long *out);
 
+/* A real flag's value, as strictly: the whole string a decimal number, an optional '-', digits with an
+ * optional '.', an optional exponent ("0.125", "-.5", "1e-3"). strtod alone takes " 0.5" (leading
+ * space), "+0.5", "0x1p-3", "inf" and "nan(...)", none of which an integer flag takes. 0 with *out set,
+ * or -1; the range is the caller's (it names the flag in its message). */
+int attn_parse_real(const char *s, double *out);
+
 #ifdef __cplusplus
 }
 #endif

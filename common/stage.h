@@ -22,6 +22,25 @@
 extern "C" {
 #endif
 
+/* --trace-row: one query row followed through a CPU model's key loop (04m, 05m, 06m). After every key
+ * tile (06m: every 64-key step) that the row's block visits, the model calls step() with the row's
+ * state as its code holds it, so a reader watches the online softmax converge. */
+typedef struct {
+    int key_first, key_last; /* the keys of the tile just added, key_last < N */
+    float m, l, alpha;       /* the row's running max, running sum and this tile's rescale factor */
+    float m_ln;              /* m times m_ln is m in the LSE's units (the natural log of e^(scale q.k)):
+                                ln 2 where m is in log2 units (04m, 05m), |scale| where m is a raw
+                                score q.k (06m); so m m_ln + ln l is the LSE of the keys so far */
+    const float *o;          /* the row's running O (not yet divided by l), D floats */
+    int D;
+} attn_trace_step;
+
+typedef struct attn_trace {
+    int64_t row; /* the query row i of the first head (b = 0, h = 0) to follow */
+    void (*step)(const struct attn_trace *t, const attn_trace_step *s);
+    void *ctx;   /* the caller's */
+} attn_trace;
+
 typedef struct {
     const void *q, *k, *v; /* [B, H, N, D] 16-bit, device (GPU stage) or host (CPU stage) */
     void *o;               /* [B, H, N, D] 16-bit, same dtype as the inputs; a backward stage reads it */
@@ -33,12 +52,30 @@ typedef struct {
     /* Backward stages only (pass != ATTN_FORWARD); NULL for the forward ones. */
     const void *d_o;       /* dO = dLoss/dO, [B, H, N, D] 16-bit */
     void *dq, *dk, *dv;    /* the gradients of Q, K, V, [B, H, N, D] 16-bit, written by the stage */
+    const attn_trace *trace; /* a stage with `traces` only, and one run of it: the row to follow, or NULL */
 } attn_args;
 
 /* Which pass a stage computes. A backward stage (11 on) takes Q, K, V, the forward's O and LSE and
  * dO, and writes dQ, dK and dV. ATTN_BACKWARD_ATOMIC: its dQ is summed over key tiles by atomic adds
  * whose order changes from run to run, so two runs agree to rounding, not bit for bit. */
 typedef enum { ATTN_FORWARD = 0, ATTN_BACKWARD = 1, ATTN_BACKWARD_ATOMIC = 2 } attn_pass;
+
+/*
+ * The bytes a stage moves through device memory for one problem, computed from its tiling, never
+ * measured (each stage's traffic.c holds its formulas, its README explains them). Two counts:
+ *   hbm_*   HBM, the device's DRAM: every array a kernel touches counted once per kernel that reads
+ *           or writes it, as if the 50 MB L2 kept whatever a kernel re-reads (a head's K and V: 1 MiB
+ *           at N = 4096, D = 64). The roofline plots this one; ncu's dram__bytes_read/write measure it.
+ *   tile_*  what the blocks load from and store to device memory, each tile counted every time a
+ *           block loads it (FlashAttention's IO count, where on-chip memory is one block's shared
+ *           memory and registers and nothing is shared between blocks): the traffic between L2 and
+ *           the SMs. A stage without tiles (01, 02, 11) counts the same as hbm_*.
+ * For a CPU stage "HBM" is the machine's RAM; a CPU model (03m-06m, 12m) counts its kernel's bytes.
+ */
+typedef struct {
+    double hbm_read, hbm_written;
+    double tile_read, tile_written;
+} attn_bytes;
 
 /* The most GPUs of one host that a multi-GPU stage is asked to drive (--gpus). */
 #define ATTN_MAX_GPUS 64
@@ -67,7 +104,13 @@ typedef struct {
     const char *workspace_what; /* what the scratch holds, for the out-of-memory message */
     /* NULL when the stage was not built (a GPU stage in a build without CUDA: ATTN_NO_CUDA_WHY). */
     attn_status (*run)(const attn_problem *p, const attn_args *a);
-    attn_pass pass; /* last, so that a forward stage's entry may leave it out (0: ATTN_FORWARD) */
+    attn_pass pass;
+    /* The bytes moved for problem p on `gpus` GPUs (1 but for a multi-GPU stage); see attn_bytes. */
+    attn_bytes (*bytes_moved)(const attn_problem *p, int gpus);
+    int traces; /* 1: a CPU model that follows one row through its key loop (attn_args.trace) */
+    /* The file that holds the stage's idea, from the repository's root: what `make diff A=.. B=..`
+     * compares ("04_online_softmax/online_softmax_cpu.c"; stage 06: its loops, fa2_kernel.cuh). */
+    const char *source;
 } attn_stage;
 
 /* Why a build has no GPU stages, for the messages that say a stage was not built ("..., and "

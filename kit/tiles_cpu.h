@@ -49,6 +49,8 @@ typedef struct {
     int causal;
     float scale;
     attn_dtype dtype;
+    const attn_trace *trace; /* --trace-row, or NULL */
+    int64_t trace_row;       /* the row of this head that trace follows; -1: none here */
 } cpu_tile_params;
 
 /* One OpenMP thread's tiles, reused for every block it runs (the model's "shared memory" and
@@ -60,6 +62,7 @@ typedef struct {
     float *S;  /* Br x Bc: scores, then P */
     float *O;  /* Br x D: the accumulator */
     float *m, *l; /* Br */
+    float trace_alpha; /* the traced row's alpha of the current tile (cpu_trace_alpha) */
 } cpu_tile_scratch;
 
 typedef void (*cpu_row_tile_fn)(const cpu_tile_params *prm, int qt, cpu_tile_scratch *w);
@@ -170,6 +173,25 @@ static inline void cpu_tile_store_o(uint16_t *o_head, const float *O, const floa
     }
 }
 
+/* ---- --trace-row: one row followed through the key loop (attn_trace in common/stage.h) ----------- */
+
+/* In a model's row loop: keeps the traced row's alpha, which the model computes and uses at once. */
+static inline void cpu_trace_alpha(const cpu_tile_params *prm, cpu_tile_scratch *w, int row, float alpha) {
+    if (row == prm->trace_row) w->trace_alpha = alpha;
+}
+
+/* After a key tile's O += P V: reports the traced row if it is one of rows row0 .. row0+rows-1, whose
+ * m, l and O start at m, l and O. keys key0 .. key0+keys-1 are the tile's, those past N left out; m_ln
+ * turns the model's m into the LSE's units (attn_trace_step). */
+static inline void cpu_trace_tile(const cpu_tile_params *prm, const cpu_tile_scratch *w, int row0, int rows,
+                                  const float *m, const float *l, const float *O, int key0, int keys, float m_ln) {
+    const int64_t r = prm->trace_row - row0;
+    if (prm->trace_row < 0 || r < 0 || r >= rows) return;
+    const int last = (key0 + keys < prm->N ? key0 + keys : prm->N) - 1;
+    const attn_trace_step st = {key0, last, m[r], l[r], w->trace_alpha, m_ln, O + r * prm->D, prm->D};
+    prm->trace->step(prm->trace, &st);
+}
+
 /* ---- the launch ------------------------------------------------------------------------------- */
 
 static inline void cpu_tile_scratch_free(cpu_tile_scratch *w) {
@@ -226,7 +248,8 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
             const cpu_tile_params prm = {(const uint16_t *)a->q + head, (const uint16_t *)a->k + head,
                                          (const uint16_t *)a->v + head, (uint16_t *)a->o + head,
                                          a->lse ? a->lse + bh * N : NULL, (int)N, (int)D, Br, Bc, Tr, Tc,
-                                         p->causal != 0, p->scale, p->dtype};
+                                         p->causal != 0, p->scale, p->dtype, a->trace,
+                                         a->trace && bh == 0 ? a->trace->row : -1};
             row_tile(&prm, qt, &w);
         }
         cpu_tile_scratch_free(&w);

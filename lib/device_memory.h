@@ -15,6 +15,8 @@
 #define ATTN_MEMORY_HOST_WHY "host memory (need device or managed memory)"
 #define ATTN_MEMORY_OTHER_WHY "memory of another device than the current one"
 #define ATTN_MEMORY_NO_ANSWER_WHY "cannot ask the CUDA runtime about the pointers (no usable device?)"
+#define ATTN_MEMORY_NO_DEVICE_WHY                                                                            \
+    "no CUDA device (no NVIDIA GPU or driver here, or a driver older than this CUDA runtime)"
 
 typedef enum {
     ATTN_MEMORY_READABLE,     /* every pointer: the current device's, or managed */
@@ -30,6 +32,15 @@ typedef struct {
     int current;       /* the current device */
     cudaError_t error; /* for ATTN_MEMORY_NO_ANSWER: the runtime's error */
 } attn_memory_report;
+
+/* The reason for ATTN_MEMORY_NO_ANSWER, given the runtime's error. Without a GPU or its driver the
+ * runtime's own text, which the callers append, is "CUDA driver version is insufficient for CUDA runtime
+ * version" (cudaErrorInsufficientDriver: no driver counts as an old one); read alone, it asked for a
+ * driver update on a machine with no GPU (issue 58). Such a refusal says "no CUDA device" first. */
+static inline const char *attn_memory_no_answer_why(cudaError_t e) {
+    return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ATTN_MEMORY_NO_DEVICE_WHY
+                                                                      : ATTN_MEMORY_NO_ANSWER_WHY;
+}
 
 /* ptr[0..n-1], NULL entries skipped (an optional output). The runtime is left without an error: a
  * failed query is reported through the verdict, never through a later call's cudaGetLastError. */

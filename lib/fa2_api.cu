@@ -125,7 +125,7 @@ static fa2_status fa2_check_device_memory(const fa2_args *a, fa2_failure *f) {
     case ATTN_MEMORY_OTHER_DEVICE:
         snprintf(f->got, sizeof f->got, "device %d, current %d", r.device, r.current);
         return fa2_refuse(f, FA2_EINVAL, attn_forward_arg_name[r.index], ATTN_MEMORY_OTHER_WHY);
-    default: f->cuda = r.error; return fa2_refuse(f, FA2_ECUDA, NULL, ATTN_MEMORY_NO_ANSWER_WHY);
+    default: f->cuda = r.error; return fa2_refuse(f, FA2_ECUDA, NULL, attn_memory_no_answer_why(r.error));
     }
 }
 

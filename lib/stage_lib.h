@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "forward_args.h"
 #include "stage.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,18 @@ int attn_lib_forward(attn_stage_run_fn run, attn_stage_shape_fn shape, attn_stag
                      float *lse, int64_t B, int64_t H, int64_t N, int64_t D, int causal, float scale,
                      int dtype, cudaStream_t stream);
 const char *attn_lib_status_string(int s);
+
+/* The pieces of attn_lib_forward that the backward's library (backward_lib.c) shares, so that both word
+ * a refusal alike. attn_lib_refuse: a refusal of forward_args.h's rules as ATTN_EINVAL, "what: why (got
+ * value)". attn_lib_check_scale_and_dtype: |scale| <= ATTN_LIB_MAX_SCALE (NaN refused), dtype 0 or 1.
+ * attn_lib_device_memory: may a kernel on the current device read ptr[0 .. n-1] (device_memory.h)?
+ * ATTN_EINVAL naming name[i] when one is host memory, unknown or another device's; ATTN_ECUDA when the
+ * runtime cannot answer at all (no usable device), which is not the caller's argument's fault.
+ * attn_lib_status: an attn_status as the libraries' 0 ok, 1 invalid, 2 unsupported, 3 CUDA error. */
+attn_status attn_lib_refuse(const attn_refusal *r);
+attn_status attn_lib_check_scale_and_dtype(float scale, int dtype);
+attn_status attn_lib_device_memory(const void *const ptr[], const char *const name[], int n);
+int attn_lib_status(attn_status s);
 
 /* The three functions of one stage library, declared (a C caller writes ATTN_STAGE_LIBRARY_API(overlap)
  * to call overlap_forward); ATTN_STAGE_LIBRARY defines them after this declaration, so the two agree. */

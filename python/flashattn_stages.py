@@ -3,17 +3,23 @@
     import torch, sys; sys.path.insert(0, "python")
     import flashattn_stages as fa
     o, lse = fa.forward(q, k, v, causal=True)      # q, k, v: CUDA [B, H, N, D] fp16 or bf16
+    dq, dk, dv = fa.backward(q, k, v, o, lse, do, causal=True)
+    o = fa.attention(q, k, v, causal=True)         # differentiable: o.backward(do) fills q.grad, ...
 
 O = softmax(scale * Q K^T [+ causal mask]) V and LSE, the natural-log log-sum-exp of each query row's
-scaled scores (float32 [B, H, N]), as every stage of the suite defines them. The work is queued on
-the current CUDA stream (torch.cuda.current_stream()) and not waited for, like any PyTorch kernel.
+scaled scores (float32 [B, H, N]), as every stage of the suite defines them; backward() turns O, LSE
+and dO = dLoss/dO into dQ, dK and dV (stage 13, FlashAttention-2's Algorithm 2 on tensor cores).
+attention() is both as one torch.autograd.Function: the fastest forward stage the GPU runs
+(attention_stages()), then stage 13 (13d with deterministic=True). The work is queued on the current
+CUDA stream (torch.cuda.current_stream()) and not waited for, like any PyTorch kernel.
 
-No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk)
-and this module loads it with ctypes. Inputs are PyTorch tensors, or any object with
-__cuda_array_interface__ (fp16 only, since that interface has no bf16 type string) together with
-out=(o, lse) (outputs must not be read-only); their stream= defaults to 0, the legacy default stream.
-The head dim D must be one the stage takes (STAGES below). Bad arguments raise ValueError or TypeError
-naming the argument, before anything is allocated or runs; a CUDA failure raises RuntimeError.
+No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk),
+`make shared-libs` every library, and this module loads them with ctypes. Inputs are PyTorch tensors,
+or any object with __cuda_array_interface__ (fp16 only, since that interface has no bf16 type string)
+together with out= (and, for backward(), workspace=); outputs must not be read-only. Their stream=
+defaults to 0, the legacy default stream. The head dim D must be one the stage takes (STAGES and
+BACKWARD_STAGES below). Bad arguments raise ValueError or TypeError naming the argument, before
+anything is allocated or runs; a CUDA failure raises RuntimeError.
 FLASHATTN_LIB_DIR overrides the folder of the .so files (default: build/ beside this folder).
 """
 import ctypes
@@ -23,7 +29,7 @@ import operator
 import os
 import sys
 
-__all__ = ["forward", "stages", "library_path"]
+__all__ = ["forward", "backward", "attention", "attention_stages", "stages", "library_path"]
 
 # Stage id -> (shared library, C prefix, head dims D, GPU): the library exports PREFIX_forward and
 # PREFIX_status_string with the signatures of lib/fa2.h, and PREFIX_last_error if it has one.
@@ -37,6 +43,14 @@ STAGES = {
     "07": ("libtma_wgmma.so", "tma_wgmma", (64, 128, 256), "sm_90 (H100, H200) only"),
     "08": ("libwarp_specialized.so", "warp_specialized", (64, 128, 256), "sm_90 (H100, H200) only"),
     "09": ("liboverlap.so", "overlap", (64, 128, 256), "sm_90 (H100, H200) only"),
+}
+
+# The backward, stage 13 (lib/backward_lib.h, 13_backward_fa2/backward_fa2.h, suite/registry.c): one
+# library for both of its modes, 13 (dQ summed by atomic adds) and 13d (in a fixed order: bitwise
+# repeatable), which backward(deterministic=...) picks. Same fields as STAGES.
+BACKWARD_STAGES = {
+    "13": ("libbackward_fa2.so", "backward_fa2", (32, 64, 96, 128), "sm_80 or newer"),
+    "13d": ("libbackward_fa2.so", "backward_fa2", (32, 64, 96, 128), "sm_80 or newer"),
 }
 
 _DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
@@ -57,33 +71,59 @@ def _check_stage(stage):
 
 
 def library_path(stage="06"):
-    """Where the shared library of `stage` is expected."""
-    _check_stage(stage)
+    """Where the shared library of `stage` (a forward stage, or "13" / "13d") is expected."""
+    if isinstance(stage, str) and stage in BACKWARD_STAGES:
+        name = BACKWARD_STAGES[stage][0]
+    else:
+        _check_stage(stage)
+        name = STAGES[stage][0]
     here = os.path.dirname(os.path.abspath(__file__))
     folder = os.environ.get("FLASHATTN_LIB_DIR") or os.path.join(os.path.dirname(here), "build")
-    return os.path.join(folder, STAGES[stage][0])
+    return os.path.join(folder, name)
 
 
-def _load(stage):
-    if stage in _libs:
-        return _libs[stage]
+def _open(stage):
+    """The library of `stage`, opened, with its status_string and last_error typed."""
     path = library_path(stage)
     if not os.path.exists(path):
         raise FileNotFoundError("%s not found: build it with `make %s` in the repository root"
-                                % (path, os.path.join("build", STAGES[stage][0])))
+                                % (path, os.path.join("build", os.path.basename(path))))
     lib = ctypes.CDLL(path)
-    prefix = STAGES[stage][1]
-    fwd = getattr(lib, prefix + "_forward")
-    fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_float,
-                                                                      ctypes.c_int, ctypes.c_void_p]
-    fwd.restype = ctypes.c_int
+    prefix = (STAGES.get(stage) or BACKWARD_STAGES[stage])[1]
     status = getattr(lib, prefix + "_status_string")
     status.argtypes, status.restype = [ctypes.c_int], ctypes.c_char_p
     last = getattr(lib, prefix + "_last_error", None)
     if last is not None:
         last.argtypes, last.restype = [], ctypes.c_char_p
+    return lib, status, last, prefix
+
+
+def _load(stage):
+    if stage in _libs:
+        return _libs[stage]
+    lib, status, last, prefix = _open(stage)
+    fwd = getattr(lib, prefix + "_forward")
+    fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_float,
+                                                                      ctypes.c_int, ctypes.c_void_p]
+    fwd.restype = ctypes.c_int
     _libs[stage] = (fwd, status, last, prefix)
     return _libs[stage]
+
+
+def _load_backward():
+    """backward_fa2_backward and backward_fa2_workspace_bytes (lib/backward_lib.h), typed."""
+    if "13" in _libs:
+        return _libs["13"]
+    lib, status, last, prefix = _open("13")
+    bwd = getattr(lib, prefix + "_backward")
+    bwd.argtypes = [ctypes.c_void_p] * 10 + [ctypes.c_size_t] + [ctypes.c_int64] * 4 + [
+        ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    bwd.restype = ctypes.c_int
+    size = getattr(lib, prefix + "_workspace_bytes")
+    size.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
+    size.restype = ctypes.c_int
+    _libs["13"] = (bwd, size, status, last, prefix)
+    return _libs["13"]
 
 
 class _Arg:
@@ -99,19 +139,22 @@ class _Arg:
             self.dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(x.dtype, str(x.dtype))
             self.shape, self.ptr, self.device = tuple(x.shape), x.data_ptr(), x.device.index
             self.contiguous = x.is_contiguous()
+            self.nbytes = x.numel() * x.element_size()
             return
         cai = getattr(x, "__cuda_array_interface__", None)
         if not isinstance(cai, dict):
             raise TypeError("%s must be a torch CUDA tensor or have __cuda_array_interface__ (got %s)"
                             % (name, type(x).__name__))
-        self.dtype = {"<f2": "fp16", "<f4": "fp32"}.get(cai.get("typestr"), cai.get("typestr"))
-        self.shape, self.ptr, self.device = tuple(cai["shape"]), int(cai["data"][0] or 0), None
-        self.readonly = bool(cai["data"][1])
-        dense, step = [], {"fp16": 2, "fp32": 4}.get(self.dtype, 1)
+        typestr, self.shape, self.ptr, self.readonly, strides = _interface(cai, name)
+        self.dtype, self.device = {"<f2": "fp16", "<f4": "fp32"}.get(typestr, typestr), None
+        size = typestr[2:]   # the item's bytes: "<f2" -> 2, "|u1" -> 1 (a workspace may be any type)
+        itemsize = int(size) if size.isdigit() else 1
+        dense, step = [], itemsize
         for n in reversed(self.shape):
             dense.insert(0, step)
             step *= n
-        self.contiguous = cai.get("strides") is None or tuple(cai["strides"]) == tuple(dense)
+        self.contiguous = strides is None or strides == tuple(dense)
+        self.nbytes = math.prod(self.shape) * itemsize if size.isdigit() else 0
 
     def expect(self, shape, dtypes, what, align=16):
         if len(self.shape) != len(shape) or any(a != b for a, b in zip(self.shape, shape) if b is not None):
@@ -130,26 +173,65 @@ class _Arg:
                              "offset can break this: %s)" % (self.name, align, self.ptr, fix))
 
 
+def _is_int(v):
+    """An int or an integer type of numpy's (__index__), never a bool (True would pass as 1)."""
+    return not isinstance(v, bool) and hasattr(type(v), "__index__")
+
+
+def _interface(cai, name):
+    """(typestr, shape, pointer, read-only, strides) of a __cuda_array_interface__ dict, every key checked:
+    a missing one raised a bare KeyError, a size that is no int reached ctypes (ArgumentError, naming no
+    argument), a pointer past 64 bits was cut to its low 64 bits by ctypes (2^64 + x aliased x), and a
+    float one was cut to an int."""
+    what = "%s's __cuda_array_interface__" % name
+    for key in ("shape", "typestr", "data"):
+        if key not in cai:
+            raise TypeError("%s has no %r (it needs 'shape', 'typestr' and 'data')" % (what, key))
+    shape, typestr, data, strides = cai["shape"], cai["typestr"], cai["data"], cai.get("strides")
+    if not isinstance(shape, (tuple, list)) or not all(_is_int(n) for n in shape):
+        raise TypeError("%s 'shape' must be a tuple of ints (got %r)" % (what, shape))
+    shape = tuple(operator.index(n) for n in shape)
+    if min(shape, default=0) < 0:
+        raise ValueError("%s 'shape' must hold sizes >= 0 (got %r)" % (what, shape))
+    if not isinstance(typestr, str):
+        raise TypeError("%s 'typestr' must be a str (got %r)" % (what, typestr))
+    if not isinstance(data, (tuple, list)) or len(data) != 2 or not (data[0] is None or _is_int(data[0])):
+        raise TypeError("%s 'data' must be a pair (an int pointer, a read-only flag) (got %r)" % (what, data))
+    ptr = operator.index(data[0] or 0)
+    if not 0 <= ptr < 2 ** 64:
+        raise ValueError("%s's data pointer must be 0 .. 2^64 - 1 (got %d)" % (name, ptr))
+    if strides is not None and (not isinstance(strides, (tuple, list)) or len(strides) != len(shape)
+                                or not all(_is_int(n) for n in strides)):
+        raise TypeError("%s 'strides' must be None or %d ints (got %r)" % (what, len(shape), strides))
+    strides = None if strides is None else tuple(map(operator.index, strides))
+    return typestr, shape, ptr, bool(data[1]), strides
+
+
 def _numpy_types(*names):
     """numpy's scalar types of these names if numpy is loaded (a numpy scalar means it is), else ()."""
     np = sys.modules.get("numpy")
     return tuple(getattr(np, n) for n in names if hasattr(np, n)) if np is not None else ()
 
 
+def _flag(value, name):
+    """A flag (causal, deterministic) as the C libraries take it: 0 or 1 (they refuse anything else)."""
+    if isinstance(value, bool) or isinstance(value, _numpy_types("bool_")):
+        return int(bool(value))
+    if isinstance(value, (int,) + _numpy_types("integer")) and int(value) in (0, 1):
+        return int(value)
+    raise ValueError("%s must be a bool or the int 0 or 1 (got %r)" % (name, value))
+
+
 def _causal(causal):
-    """causal as the C libraries take it: 0 or 1 (they refuse anything else)."""
-    if isinstance(causal, bool) or isinstance(causal, _numpy_types("bool_")):
-        return int(bool(causal))
-    if isinstance(causal, (int,) + _numpy_types("integer")) and int(causal) in (0, 1):
-        return int(causal)
-    raise ValueError("causal must be a bool or the int 0 or 1 (got %r)" % (causal,))
+    return _flag(causal, "causal")
 
 
 def _head_dim(D, stage):
-    dims = STAGES[stage][2]
+    dims = (STAGES.get(stage) or BACKWARD_STAGES[stage])[2]
     if D not in dims:
-        raise ValueError("D (q's last dim) = %d is unsupported by stage %s: its head dims are %s"
-                         % (D, stage, ", ".join(map(str, dims))))
+        what = "the backward (stage %s)" % stage if stage in BACKWARD_STAGES else "stage %s" % stage
+        raise ValueError("D (q's last dim) = %d is unsupported by %s: its head dims are %s"
+                         % (D, what, ", ".join(map(str, dims))))
 
 
 def _scale(scale, D):
@@ -184,7 +266,7 @@ def _stream(stream):
     if stream is None:
         return None
     handle = getattr(stream, "cuda_stream", stream)
-    if isinstance(handle, bool) or not hasattr(type(handle), "__index__"):   # int, numpy's integers
+    if not _is_int(handle):   # int, numpy's integers
         raise TypeError("stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got %s)"
                         % type(stream).__name__)
     handle = operator.index(handle)
@@ -193,21 +275,41 @@ def _stream(stream):
     return handle
 
 
-def _check(q, k, v, out, scale, stage, causal):
-    a = [_Arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+def _check_inputs(arrays, stage):
+    """[(array, name), ...], q first and the rest of q's shape and dtype, as _Args: q [B, H, N, D] of a
+    16-bit dtype with sizes the C side can take and a head dim of the stage, the rest alike, on q's
+    device."""
+    a = [_Arg(x, n) for x, n in arrays]
     a[0].expect([None] * 4, ("fp16", "bf16"), "[B, H, N, D]")
-    B, H, N, D = a[0].shape
     if min(a[0].shape) < 1:
         raise ValueError("q must have B, H, N and D of at least 1 (got %s)" % list(a[0].shape))
     if max(a[0].shape) > INT64_MAX:   # ctypes would wrap it: 2^64 + 1 reached the C side as 1
         raise ValueError("q's B, H, N and D must be at most 2^63 - 1, the C side's int64_t (got %s)"
                          % list(a[0].shape))
-    _head_dim(D, stage)
+    _head_dim(a[0].shape[3], stage)
     for x in a[1:]:
         x.expect(a[0].shape, (a[0].dtype,), "%s, the same as q's [B, H, N, D]" % list(a[0].shape))
-    for x in a[1:]:   # torch tensors only: __cuda_array_interface__ has no device (the C library checks)
-        if None not in (x.device, a[0].device) and x.device != a[0].device:
-            raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
+    for x in a[1:]:
+        _same_device(x, a[0])
+    return a
+
+
+def _same_device(x, q):
+    """torch tensors only: __cuda_array_interface__ has no device (the C library checks)."""
+    if None not in (x.device, q.device) and x.device != q.device:
+        raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, q.device))
+
+
+def _writable(x, q):
+    """An output: not read-only, on q's device."""
+    if x.readonly:
+        raise ValueError("%s is read-only (its __cuda_array_interface__ says so)" % x.name)
+    _same_device(x, q)
+
+
+def _check(q, k, v, out, scale, stage, causal):
+    a = _check_inputs(((q, "q"), (k, "k"), (v, "v")), stage)
+    B, H, N, D = a[0].shape
     scale = _scale(scale, D)
     causal = _causal(causal)
     if out is not None:
@@ -221,10 +323,8 @@ def _check(q, k, v, out, scale, stage, causal):
         if lse is not None:
             lse.expect([B, H, N], ("fp32",), "[%d, %d, %d] float32" % (B, H, N), align=4)
         for x in (o, lse):
-            if x is not None and x.readonly:
-                raise ValueError("%s is read-only (its __cuda_array_interface__ says so)" % x.name)
-            if x is not None and None not in (x.device, a[0].device) and x.device != a[0].device:
-                raise ValueError("%s is on cuda:%s but q is on cuda:%s" % (x.name, x.device, a[0].device))
+            if x is not None:
+                _writable(x, a[0])
     elif a[0].torch is None:
         raise TypeError("out=(o, lse) is needed for inputs that are not torch tensors")
     return a, scale, causal
@@ -263,9 +363,163 @@ def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None
         st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, causal, scale,
                  _DTYPES[aq.dtype], stream)
     if st != 0:
-        why = status(st).decode()
-        detail = last().decode() if last is not None else ""
-        raise _STATUS.get(st, RuntimeError)("%s_forward (stage %s) refused q of shape %s, %s: %s%s"
-                                            % (prefix, stage, [B, H, N, D], aq.dtype, why,
-                                               ": " + detail if detail else ""))
+        raise _refusal(st, status, last, "%s_forward (stage %s)" % (prefix, stage), aq)
     return o, lse
+
+
+def _refusal(st, status, last, who, aq):
+    """The exception for a library's status st: ValueError for 1 and 2, RuntimeError for 3."""
+    why = status(st).decode()
+    detail = last().decode() if last is not None else ""
+    return _STATUS.get(st, RuntimeError)("%s refused q of shape %s, %s: %s%s" % (
+        who, list(aq.shape), aq.dtype, why, ": " + detail if detail else ""))
+
+
+# ---- the backward, and the two as one autograd function ----------------------------------------
+
+def _check_backward(q, k, v, o, lse, do, causal, scale, deterministic, out, workspace):
+    stage = "13d" if _flag(deterministic, "deterministic") else "13"
+    a = _check_inputs(((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do")), stage)
+    B, H, N, D = a[0].shape
+    al = _Arg(lse, "lse")
+    al.expect([B, H, N], ("fp32",), "[%d, %d, %d] float32" % (B, H, N), align=4)
+    _same_device(al, a[0])
+    scale = _scale(scale, D)
+    causal = _causal(causal)
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise TypeError("out must be a triple (dq, dk, dv)")
+        for x, name in zip(out, ("dq", "dk", "dv")):
+            g = _Arg(x, "out (%s)" % name)
+            g.expect(a[0].shape, (a[0].dtype,), "%s, q's shape and dtype" % list(a[0].shape))
+            _writable(g, a[0])
+    if workspace is not None:   # its size is the library's to check: backward_fa2_workspace_bytes
+        w = _Arg(workspace, "workspace")
+        w.expect([None] * len(w.shape), (w.dtype,), "memory")
+        _writable(w, a[0])
+    if a[0].torch is None and (out is None or workspace is None):
+        raise TypeError("out=(dq, dk, dv) and workspace= are needed for inputs that are not torch tensors")
+    return a, al, scale, causal, stage
+
+
+def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, out=None, workspace=None,
+             stream=None):
+    """dQ, dK and dV of attention over q, k, v, given the forward's o and lse (any forward stage's, run
+    with the same causal and scale) and do = dLoss/dO: stage 13, FlashAttention-2's Algorithm 2 on
+    tensor cores (lib/backward_lib.h). q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one
+    CUDA device, D one of BACKWARD_STAGES' head dims (32, 64, 96, 128); lse float32 [B, H, N].
+    causal and scale as for forward(). deterministic: False or 0, dQ summed by atomic adds (its last
+    bits change from run to run); True or 1, stage 13d, in a fixed order (bitwise repeatable).
+    out=(dq, dk, dv): write there instead of new tensors. workspace: an array of at least
+    backward_fa2_workspace_bytes(B, H, N, D) bytes (4 (D + 1) per row and a little), contiguous and
+    16-byte aligned, whose contents do not matter; by default a new torch uint8 tensor, freed when the
+    call returns (PyTorch's allocator then keeps it for the next one). Both are needed for inputs that
+    are not torch tensors. stream: as for forward(). Returns (dq, dk, dv)."""
+    a, al, scale, causal, stage = _check_backward(q, k, v, o, lse, do, causal, scale, deterministic, out,
+                                                  workspace)
+    stream = _stream(stream)   # before the library is loaded and anything allocated
+    B, H, N, D = a[0].shape
+    bwd, size, status, last, prefix = _load_backward()
+    torch = None
+    if a[0].torch is not None:
+        import torch
+    if stream is None:
+        stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else 0
+    dq, dk, dv = out if out is not None else (torch.empty_like(q) for _ in range(3))
+    if workspace is None:
+        need = ctypes.c_size_t(0)
+        st = size(B, H, N, D, ctypes.byref(need))
+        if st != 0:
+            raise _refusal(st, status, last, "%s_workspace_bytes" % prefix, a[0])
+        workspace = torch.empty(need.value, dtype=torch.uint8, device=q.device)
+        if stream != torch.cuda.current_stream(q.device).cuda_stream:
+            # allocated on the current stream, used on another: not reused before that one is done
+            workspace.record_stream(torch.cuda.ExternalStream(stream, device=q.device))
+    w = _Arg(workspace, "workspace")
+    ptrs = [x.ptr for x in a[:4]] + [al.ptr, a[4].ptr] + [_Arg(x, n).ptr for x, n in
+                                                          ((dq, "dq"), (dk, "dk"), (dv, "dv"))] + [w.ptr]
+    args = ptrs + [w.nbytes, B, H, N, D, causal, scale, _DTYPES[a[0].dtype], int(stage == "13d"), stream]
+    if torch is not None:
+        with torch.cuda.device(q.device):
+            st = bwd(*args)
+    else:
+        st = bwd(*args)
+    if st != 0:
+        raise _refusal(st, status, last, "%s_backward (stage %s)" % (prefix, stage), a[0])
+    return dq, dk, dv
+
+
+def attention_stages(capability, D, deterministic=False):
+    """(forward stage, backward stage) that attention() runs at head dim D on a GPU of compute capability
+    `capability` ((major, minor): (9, 0) for an H100 or H200). The forward is the fastest stage the GPU
+    runs at D: 09 on sm_90 where it takes D (64, 128, 256), else 06 (sm_80 and newer). The backward is
+    stage 13, or 13d when deterministic."""
+    fwd = "09" if tuple(capability) == (9, 0) and D in STAGES["09"][2] else "06"
+    return fwd, "13d" if _flag(deterministic, "deterministic") else "13"
+
+
+def attention(q, k, v, causal=False, scale=None, deterministic=False):
+    """softmax(scale * q k^T [+ causal mask]) v as a differentiable PyTorch operation: q, k, v torch
+    CUDA tensors [B, H, N, D] of one 16-bit dtype (made contiguous here, so views are fine). The
+    forward runs attention_stages()'s forward stage and keeps O and the LSE for the backward, stage 13
+    (13d when deterministic: bitwise repeatable gradients). causal and scale as for forward().
+    Where q, k or v requires grad, D must be one the backward takes (32, 64, 96, 128): another D is
+    refused before the forward runs, not when .backward() is called. Returns o."""
+    import torch
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("%s must be a torch tensor for attention() (got %s); forward() and backward() "
+                            "take __cuda_array_interface__ arrays too" % (name, type(x).__name__))
+    causal = _causal(causal)
+    deterministic = _flag(deterministic, "deterministic")
+    stage = "06"
+    if q.dim() == 4 and q.shape[3] >= 1:   # else forward() refuses q's shape
+        D = q.shape[3]
+        scale = _scale(scale, D)
+        if q.is_cuda:
+            stage = attention_stages(torch.cuda.get_device_capability(q.device), D)[0]
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+            try:
+                _head_dim(D, "13")
+            except ValueError as e:
+                alone = " (under torch.no_grad() the forward alone, stage %s, takes it)" % stage \
+                    if D in STAGES[stage][2] else ""
+                raise ValueError("%s; attention() refuses it before the forward runs because q, k or v "
+                                 "requires grad%s" % (e, alone)) from None
+    return _attention_function().apply(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale,
+                                       deterministic, stage)
+
+
+_function = []
+
+
+def _attention_function():
+    """The torch.autograd.Function behind attention(), made on first use so that importing this module
+    needs no torch."""
+    if _function:
+        return _function[0]
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale, deterministic, stage):
+            o, lse = forward(q, k, v, causal=causal, scale=scale, stage=stage)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.flags = (causal, scale, deterministic)
+            return o
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            causal, scale, deterministic = ctx.flags
+            do = do.contiguous()   # a gradient may come as an expanded or strided view
+            if do.data_ptr() % 16:   # a contiguous view at an odd offset: a fresh tensor is aligned
+                do = do.clone()
+            dq, dk, dv = backward(q, k, v, o, lse, do, causal=causal, scale=scale,
+                                  deterministic=deterministic)
+            return dq, dk, dv, None, None, None, None
+
+    _function.append(Attention)
+    return Attention

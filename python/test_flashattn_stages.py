@@ -118,6 +118,76 @@ def test_refusals_name_the_argument(case, exc, words):
     assert words in str(e.value)
 
 
+def interface_without(key):
+    f = FakeCuda((2, 3, 17, 64))
+    del f.__cuda_array_interface__[key]
+    return f
+
+
+def interface_with(**kw):
+    f = FakeCuda((2, 3, 17, 64))
+    f.__cuda_array_interface__.update(kw)
+    return f
+
+
+@pytest.mark.parametrize("case, fake, exc, words", [
+    # a pointer past 64 bits reached ctypes, which kept its low 64: 2^64 + x aliased x
+    ("q", interface_with(data=(2 ** 64 + (1 << 20), False)), ValueError,
+     "q's data pointer must be 0 .. 2^64 - 1 (got 18446744073710600192)"),
+    ("k", interface_with(data=(-16, False)), ValueError, "k's data pointer must be 0 .. 2^64 - 1 (got -16)"),
+    ("v", interface_with(data=(float(1 << 20), False)), TypeError,
+     "v's __cuda_array_interface__ 'data' must be a pair (an int pointer, a read-only flag) "
+     "(got (1048576.0, False))"),
+    ("q", interface_with(data=1 << 20), TypeError, "q's __cuda_array_interface__ 'data' must be a pair"),
+    ("q", interface_with(data=(True, False)), TypeError, "q's __cuda_array_interface__ 'data' must be a pair"),
+    # missing keys and non-integer sizes raised KeyError and ctypes' ArgumentError, naming nothing
+    ("q", interface_without("shape"), TypeError,
+     "q's __cuda_array_interface__ has no 'shape' (it needs 'shape', 'typestr' and 'data')"),
+    ("k", interface_without("data"), TypeError, "k's __cuda_array_interface__ has no 'data'"),
+    ("v", interface_without("typestr"), TypeError, "v's __cuda_array_interface__ has no 'typestr'"),
+    ("q", interface_with(shape=(2, 3, 17.0, 64)), TypeError,
+     "q's __cuda_array_interface__ 'shape' must be a tuple of ints (got (2, 3, 17.0, 64))"),
+    ("q", interface_with(shape=(2, 3, "17", 64)), TypeError, "'shape' must be a tuple of ints"),
+    ("q", interface_with(shape=(2, 3, True, 64)), TypeError, "'shape' must be a tuple of ints"),
+    ("q", interface_with(shape=17), TypeError, "'shape' must be a tuple of ints (got 17)"),
+    ("q", interface_with(shape=(2, -3, 17, 64)), ValueError,
+     "q's __cuda_array_interface__ 'shape' must hold sizes >= 0 (got (2, -3, 17, 64))"),
+    ("k", interface_with(typestr=2), TypeError, "k's __cuda_array_interface__ 'typestr' must be a str (got 2)"),
+    ("v", interface_with(strides=(1.5, 2, 2, 2)), TypeError,
+     "v's __cuda_array_interface__ 'strides' must be None or 4 ints (got (1.5, 2, 2, 2))"),
+    ("v", interface_with(strides=(2, 2)), TypeError, "'strides' must be None or 4 ints"),
+    ("o", interface_with(data=(2 ** 64, False)), ValueError, "out[0] (o)'s data pointer must be 0 .. 2^64 - 1"),
+    ("lse", FakeCuda((2, 3, 17.5), "<f4"), TypeError, "out[1] (lse)'s __cuda_array_interface__ 'shape'"),
+])
+def test_a_malformed_interface_is_refused_by_name(monkeypatch, case, fake, exc, words):
+    """__cuda_array_interface__ is the caller's: every key forward reads is checked (a missing one raised a
+    bare KeyError, a float size ctypes' ArgumentError) before the library is loaded, and a refusal names
+    the argument and the key. Pure Python: no GPU, torch or library needed."""
+    lib = LibraryCalls(monkeypatch)
+    q, k, v = fakes()
+    o, lse = out_for((2, 3, 17, 64))
+    args = {"q": q, "k": k, "v": v, "o": o, "lse": lse}
+    args[case] = fake
+    with pytest.raises(exc) as e:
+        fa.forward(args["q"], args["k"], args["v"], out=(args["o"], args["lse"]))
+    assert words in str(e.value)
+    assert lib.loads == [], "the library was loaded"
+
+
+def test_a_well_formed_interface_reaches_the_library(monkeypatch):
+    """What the interface allows passes: a list shape, numpy-style integer sizes (as ints), the largest
+    pointer, explicit dense strides."""
+    _, np_int, _ = numpy_or_fake(monkeypatch)
+    lib = LibraryCalls(monkeypatch)
+    q, k, v = fakes()
+    q.__cuda_array_interface__["shape"] = [np_int(2), 3, 17, 64]
+    k.__cuda_array_interface__["data"] = (2 ** 64 - 256, False)
+    v.__cuda_array_interface__["strides"] = (3 * 17 * 64 * 2, 17 * 64 * 2, 64 * 2, 2)
+    fa.forward(q, k, v, out=out_for((2, 3, 17, 64)))
+    assert lib.calls[-1][1] == 2 ** 64 - 256 and lib.calls[-1][5:9] == (2, 3, 17, 64)
+    assert all(type(n) is int for n in lib.calls[-1][5:9])
+
+
 @pytest.mark.parametrize("case", ["lse 4-byte aligned", "scale 0", "scale -2.3e38"])
 def test_what_the_c_side_takes_passes_the_python_checks(case):
     """These reach the library (which, without a GPU or the .so, fails for that reason instead)."""
@@ -134,6 +204,22 @@ def test_what_the_c_side_takes_passes_the_python_checks(case):
         fa.forward(q, k, v, **kw)
     for words in ("boundary", "scale must"):
         assert words not in str(e.value), str(e.value)
+
+
+def test_without_a_gpu_the_library_says_no_cuda_device():
+    """On a machine without a GPU (or its driver) the library cannot ask the runtime about the pointers:
+    its reason said "cannot ask ... (no usable device?)" and then quoted CUDA's "CUDA driver version is
+    insufficient for CUDA runtime version", which reads as a driver to update. It says "no CUDA device"
+    first. Needs the library (FLASHATTN_LIB_DIR or build/); with a GPU, the made-up pointers are refused
+    as no device memory instead, and the test skips."""
+    if not os.path.exists(fa.library_path("06")):
+        pytest.skip("%s is missing: make build/libfa2.so (a CUDA build)" % fa.library_path("06"))
+    q, k, v = fakes()
+    with pytest.raises((RuntimeError, ValueError)) as e:
+        fa.forward(q, k, v, out=out_for((2, 3, 17, 64)))
+    if isinstance(e.value, ValueError):
+        pytest.skip("a GPU is here: %s" % e.value)
+    assert "CUDA error: no CUDA device (no NVIDIA GPU or driver here" in str(e.value), str(e.value)
 
 
 class LibraryCalls:
@@ -239,18 +325,24 @@ def test_head_dim_refused_before_loading_or_allocating(monkeypatch, stage):
         assert len(lib.loads) == n, "the library was loaded for D=%d" % D
 
 
-def test_head_dims_agree_with_the_registry():
-    """STAGES' head dims repeat what the C registry says (suite/registry.c, through `attn --list-dims`):
-    this test is what keeps the two from drifting apart."""
+def registry_dims(stage):
+    """The head dims the C registry gives `stage` (suite/registry.c, through `attn --list-dims`); skips
+    the test where build/attn is not built."""
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     attn = next((p for p in (os.path.join(root, "build", "attn"), os.path.join(root, "build", "nocuda", "attn"))
                  if os.access(p, os.X_OK)), None)
     if attn is None:
         pytest.skip("build/attn not built (make, or make NO_CUDA=1)")
+    listed = subprocess.run([attn, "--list-dims", stage], check=True, capture_output=True, text=True).stdout
+    return tuple(int(d) for d in listed.split())
+
+
+def test_head_dims_agree_with_the_registry():
+    """STAGES' head dims repeat what the C registry says: this test is what keeps the two from drifting
+    apart."""
     for stage, entry in fa.STAGES.items():
-        listed = subprocess.run([attn, "--list-dims", stage], check=True, capture_output=True, text=True).stdout
-        assert tuple(int(d) for d in listed.split()) == entry[2], (stage, listed, entry[2])
+        assert registry_dims(stage) == entry[2], (stage, entry[2])
 
 
 def test_scale_takes_any_real_number(monkeypatch):

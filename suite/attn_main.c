@@ -20,9 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "half.h"
 #include "harness.h"
 #include "hold_signals.h"
 #include "npy.h"
+#include "reference.h"
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -39,13 +41,14 @@
 static void usage(FILE *f, const char *prog) {
     if (!prog || !prog[0]) prog = "attn";
     fprintf(f, "usage: %s --stage ID [options]\n", prog);
-    fprintf(f, "       %s --list | --list-ids [gpu|cpu|all] | --list-dims ID | --help\n", prog);
+    fprintf(f, "       %s --list | --list-ids [gpu|cpu|all] | --list-dims ID | --source ID | --help\n", prog);
     fprintf(f,
             "\n"
             "Runs one stage of the suite on one problem: the median time of R timed runs after\n"
             "warm-up (CUDA events on the GPU), TFLOP/s (4*B*H*N*N*D, half when causal; 2.5 times that\n"
-            "for a backward stage), and the device memory the stage needs beyond its inputs and\n"
-            "outputs (Q, K, V, O and LSE; and dO, dQ, dK, dV for a backward stage).\n"
+            "for a backward stage), the device memory the stage needs beyond its inputs and\n"
+            "outputs (Q, K, V, O and LSE; and dO, dQ, dK, dV for a backward stage), and the bytes\n"
+            "it moves through HBM and between L2 and the SMs, computed from its tiles (not measured).\n"
             "\n"
             "  --stage ID        stage to run: an id (01, 02, .., 06a..06e: the road to 06, 03m: the CPU\n"
             "                    model of 03, .., 11-13: the backward), or its folder or name (see --list)\n"
@@ -92,14 +95,21 @@ static void usage(FILE *f, const char *prog) {
             "                    once; a stage without LSE removes an old lse.npy; a q.npy, k.npy\n"
             "                    or v.npy there is refused (they would not be this run's inputs)\n"
             "                    unless --save-inputs replaces them or DIR is the --load one\n"
+            "  --trace-row I     a CPU model of the online softmax (04m, 05m, 06m): after every key\n"
+            "                    tile, query row I of the first head's m, l, alpha, the LSE of the keys so\n"
+            "                    far and O/l, its output so far (4 dims); then the stage's output row and\n"
+            "                    the double reference's. 0..N-1\n"
             "  --save-inputs     with --save: also DIR/q.npy, DIR/k.npy, DIR/v.npy (and do.npy), the\n"
             "                    inputs of this run (float16 [B, H, N, D]), committed with the\n"
             "                    results: a folder that\n"
-            "                    --load reads, to edit or to feed another stage\n"
+            "                    --load reads, to edit or to feed another stage; refused into the\n"
+            "                    --load folder when its files are float32 (they would be replaced\n"
+            "                    by their float16 rounding)\n"
             "  --list            the stages: id, folder, where it runs, pass (fwd, bwd), head dims,\n"
             "                    dtypes, LSE, idea\n"
             "  --list-ids [W]    the stage ids, one per line (W: gpu, cpu or all; default all)\n"
             "  --list-dims ID    the test head dims the stage supports, one per line\n"
+            "  --source ID       the file that holds the stage's idea (what make diff A=ID B=ID compares)\n"
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
@@ -153,6 +163,39 @@ static void list_stages(void) {
         if (attn_stage_available(&attn_stages[i]) != ATTN_OK) printf("  %s\n", attn_last_error());
 }
 
+/* Bytes in decimal units, as bandwidths are quoted: "25.17 MB", "1.074 GB". */
+static const char *bytes_text(double b, char *buf, size_t cap) {
+    static const char *const unit[] = {"bytes", "kB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    for (; b >= 1000.0 && u < 5; u++) b /= 1000.0;
+    snprintf(buf, cap, u ? "%.4g %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+/* The bytes the stage's tiles move (attn_bytes, common/stage.h): HBM's, over the median time on a GPU,
+ * then the tiles' own traffic where it differs. A CPU model (not stage 01) runs its kernel's tiles:
+ * its bytes are the kernel's on a GPU, and its own time says nothing of them; stage 01's RAM traffic
+ * over its time would not say what limits it either (its caches do the work). */
+static void print_bytes(const attn_stage *s, const attn_problem *p, const attn_result *r) {
+    if (!s->bytes_moved) return;
+    const attn_bytes b = s->bytes_moved(p, s->max_gpus > 1 ? r->gpus : 1);
+    const attn_stage *kernel = attn_find_stage(s->folder);
+    const int model = !s->on_gpu && kernel != s;
+    char a[32], w[32], t[32];
+    printf("bytes    ");
+    if (model) printf("stage %s's kernel: ", kernel->id);
+    printf("%s %s read, %s written", s->on_gpu || model ? "HBM" : "RAM", bytes_text(b.hbm_read, a, sizeof a),
+           bytes_text(b.hbm_written, w, sizeof w));
+    if (s->on_gpu && r->ms_median > 0)
+        printf(", %s/s", bytes_text((b.hbm_read + b.hbm_written) / (r->ms_median * 1e-3), t, sizeof t));
+    printf(" (a model, not a measurement)\n");
+    if (b.tile_read != b.hbm_read || b.tile_written != b.hbm_written)
+        printf(
+            "         tiles: %s loaded and %s stored by the blocks, %.1fx HBM's reads: L2 serves the rest\n",
+            bytes_text(b.tile_read, a, sizeof a), bytes_text(b.tile_written, w, sizeof w),
+            b.hbm_read > 0 ? b.tile_read / b.hbm_read : 0.0);
+}
+
 static void print_result(const attn_stage *s, const attn_problem *p, const attn_result *r) {
     if (s->max_gpus > 1)
         printf("stage    %s %s (%d x %s)\n", s->id, s->name, r->gpus, attn_gpu_name());
@@ -173,6 +216,7 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
     if (s->on_gpu)
         printf(" (device free memory dropped by %.3f GiB)", (double)r->extra_measured / 1073741824.0);
     printf("\n");
+    print_bytes(s, p, r);
 }
 
 /* "6400 of O and 200 of LSE", leaving out a part that is zero. */
@@ -289,15 +333,16 @@ typedef struct {
     long long gpus;          /* --gpus: 0 = the stage's default */
     int save_inputs;         /* --save-inputs: q.npy, k.npy, v.npy beside the results */
     const char *forward_key; /* --forward: the forward stage a backward stage reads */
+    long long trace_row;     /* --trace-row: the query row to follow; -1: none */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
  * the earlier one. seen holds a bit per flag of the list. */
 static int given_twice(const char *a, unsigned *seen) {
-    static const char *const once[] = {"--stage",  "--batch",  "--heads",       "--seq",    "--dim",
-                                       "--causal", "--scale",  "--dtype",       "--gpus",   "--seed",
-                                       "--init",   "--repeat", "--warmup",      "--check",  "--check-rows",
-                                       "--load",   "--save",   "--save-inputs", "--forward"};
+    static const char *const once[] = {"--stage",  "--batch",  "--heads",       "--seq",     "--dim",
+                                       "--causal", "--scale",  "--dtype",       "--gpus",    "--seed",
+                                       "--init",   "--repeat", "--warmup",      "--check",   "--check-rows",
+                                       "--load",   "--save",   "--save-inputs", "--forward", "--trace-row"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
         if (*seen & (1u << f)) return bad("%s given twice", a), 1;
@@ -311,19 +356,33 @@ static int given_twice(const char *a, unsigned *seen) {
 static int list_flag_alone(int argc, char **argv, int i, int used) {
     for (int k = 1; k < argc; k++)
         if (k < i || k > i + used)
-            return bad("%s prints a list and exits: give it alone (got '%s' too)", argv[i], argv[k]);
+            return bad("%s prints %s and exits: give it alone (got '%s' too)", argv[i],
+                       strcmp(argv[i], "--source") ? "a list" : "a path", argv[k]);
     return -1;
 }
 
+/* --source ID: the file that holds the stage's idea, for make diff (tools/stage_diff.sh). */
+static int print_source(const char *val) {
+    if (!val) return bad("--source needs a value");
+    const attn_stage *s = attn_find_stage(val);
+    if (!s) return bad("--source: unknown stage '%s' (see --list)", val);
+    printf("%s\n", s->source);
+    return 0;
+}
+
 /* The flags that print and exit: --help (with anything), --list, --list-ids [gpu|cpu|all], --list-dims
- * ID (alone). Returns the exit status, or -1 when argv[*i] is none of them; *i moves past a value taken. */
+ * ID and --source ID (alone). Returns the exit status, or -1 when argv[*i] is none of them; *i moves past
+ * a value taken. */
 static int run_info_flag(int argc, char **argv, int *i) {
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, argv[0]), 0;
-    const int takes = !strcmp(a, "--list-dims") || (!strcmp(a, "--list-ids") && val && val[0] != '-');
-    if ((!strcmp(a, "--list") || !strcmp(a, "--list-ids") || !strcmp(a, "--list-dims")) &&
+    const int takes = !strcmp(a, "--list-dims") || !strcmp(a, "--source") ||
+                      (!strcmp(a, "--list-ids") && val && val[0] != '-');
+    if ((!strcmp(a, "--list") || !strcmp(a, "--list-ids") || !strcmp(a, "--list-dims") ||
+         !strcmp(a, "--source")) &&
         list_flag_alone(argc, argv, *i, takes) >= 0)
         return EXIT_USAGE;
+    if (!strcmp(a, "--source")) return print_source(val);
     if (!strcmp(a, "--list")) return list_stages(), 0;
     if (!strcmp(a, "--list-ids")) {
         const char *w = takes ? argv[++*i] : "all";
@@ -359,6 +418,7 @@ static const int_flag int_flags[] = {
     {"--warmup", offsetof(cli, warmup), 0, 1000},
     {"--gpus", offsetof(cli, gpus), 1, ATTN_MAX_GPUS},
     {"--check-rows", offsetof(cli, check_rows), 0, 1000000},
+    {"--trace-row", offsetof(cli, trace_row), 0, ATTN_MAX_N - 1},
 };
 enum { SHAPE_FLAGS = 4, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
 
@@ -388,14 +448,14 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
     } else if (!strcmp(a, "--save"))
         c->save_dir = val;
     else if (!strcmp(a, "--scale")) {
-        char *end = NULL;
-        c->scale = strtod(val, &end);
         /* the stages take it as a float: it must be one, and a normal one (a subnormal scale loses
-         * bits, and its log2(e) multiple in the stages' exponent would too) */
+         * bits, and its log2(e) multiple in the stages' exponent would too); written as strictly as
+         * the integer flags (attn_parse_real: " 0.5" was taken where --batch " 4" was refused) */
+        const int parsed = attn_parse_real(val, &c->scale) == 0;
         const float f = (float)c->scale;
-        if (!*val || *end || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
+        if (!parsed || !isfinite(f) || f == 0.0f || fabsf(f) < FLT_MIN)
             return bad("--scale must be a finite non-zero number in float32's normal range, %g to %g in "
-                       "magnitude (got '%s')",
+                       "magnitude, written in decimal (0.125, -0.5, 1e-3) (got '%s')",
                        (double)FLT_MIN, (double)FLT_MAX, val);
         c->have_scale = 1;
     } else if (!strcmp(a, "--dtype")) {
@@ -519,12 +579,15 @@ static const char *file_kind(mode_t m) {
  * --save-inputs, inputs from an earlier run (or another source) would stay beside the new results, and
  * `--load DIR --check` would check the new results against them. They are this run's when DIR is the
  * --load directory itself. */
-static int stale_inputs(const cli *c, int dirfd, int backward) {
-    if (c->save_inputs) return -1;
+/* 1 when the --save directory (dirfd) is the --load one, by whatever name. */
+static int saves_into_load_dir(const cli *c, int dirfd) {
     struct stat save_sb, load_sb;
-    if (c->load_dir && fstat(dirfd, &save_sb) == 0 && stat(c->load_dir, &load_sb) == 0 &&
-        save_sb.st_dev == load_sb.st_dev && save_sb.st_ino == load_sb.st_ino)
-        return -1;
+    return c->load_dir && fstat(dirfd, &save_sb) == 0 && stat(c->load_dir, &load_sb) == 0 &&
+           save_sb.st_dev == load_sb.st_dev && save_sb.st_ino == load_sb.st_ino;
+}
+
+static int stale_inputs(const cli *c, int dirfd, int backward) {
+    if (c->save_inputs || saves_into_load_dir(c, dirfd)) return -1;
     int files[SAVE_FILES], first;
     const int n = save_files(backward, 1, &first, files);
     for (int i = first; i < n; i++) {
@@ -544,6 +607,11 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
     if (c->dtype != ATTN_F16) return bad("--save writes float16 files: use it with --dtype fp16");
     *dirfd = open(c->save_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*dirfd < 0) return bad("--save: '%s' is not a writable directory (%s)", c->save_dir, strerror(errno));
+    const int swept = npy_out_sweep(*dirfd, save_names, SAVE_FILES); /* kill -9 mid-save left them */
+    if (swept)
+        fprintf(stderr,
+                "attn: note: --save: removed %d temporary file%s that runs ended mid-save left in '%s'\n",
+                swept, swept == 1 ? "" : "s", c->save_dir);
     int files[SAVE_FILES], first;
     const int n = save_files(backward, 1, &first, files); /* lse.npy too: a stage without LSE removes it */
     for (int i = 0; i < (c->save_inputs ? n : first); i++) {
@@ -593,7 +661,9 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
         st = files[i] == SAVE_LSE ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
                                   : npy_out_write(&outs[i], NPY_F16, 4, shape, data[files[i]]);
-    if (st == ATTN_OK) st = npy_out_commit(outs, nouts, stale, backward || with_lse ? 0 : 1);
+    if (st == ATTN_OK) /* a Ctrl-C while another process holds DIR's lock stops the wait (hold_signals.h) */
+        st = npy_out_commit_wait(outs, nouts, stale, backward || with_lse ? 0 : 1, NPY_LOCK_WAIT_MS,
+                                 attn_signals_noted);
     for (int i = 0; i < made; i++) npy_out_discard(&outs[i]);
     attn_signals_release(&held);
     if (st != ATTN_OK) {
@@ -603,15 +673,36 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     return 0;
 }
 
-/* The note for inputs rounded to t on loading: bit 0, 1, 2, 3 of mask for q.npy, k.npy, v.npy, do.npy. */
-static void note_rounded(unsigned mask, const char *held, attn_dtype t) {
+/* The input files of mask, "q.npy, k.npy" (bit 0, 1, 2, 3 for q.npy, k.npy, v.npy, do.npy), into list[40]. */
+static const char *input_names(unsigned mask, char list[40]) {
     static const char *const names[4] = {"q.npy", "k.npy", "v.npy", "do.npy"};
-    char list[40] = "";
     size_t n = 0;
+    list[0] = '\0';
     for (int i = 0; i < 4; i++)
-        if (mask >> i & 1) n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", names[i]);
-    fprintf(stderr, "attn: note: %s held %s values, rounded to %s (the type the stages read)\n", list, held,
-            attn_dtype_name(t));
+        if (mask >> i & 1) n += (size_t)snprintf(list + n, 40 - n, "%s%s", n ? ", " : "", names[i]);
+    return list;
+}
+
+/* The note for inputs rounded to t on loading (mask as input_names'). */
+static void note_rounded(unsigned mask, const char *held, attn_dtype t) {
+    char list[40];
+    fprintf(stderr, "attn: note: %s held %s values, rounded to %s (the type the stages read)\n",
+            input_names(mask, list), held, attn_dtype_name(t));
+}
+
+/* --save-inputs writes the run's inputs as float16: into the --load folder, over float32 files, that
+ * would replace the user's inputs by their rounding (it did, silently). Refused after loading (only
+ * then are the files' types known) and before the run; float16 files are written back bit for bit.
+ * Returns -1 to go on, or the exit status. */
+static int refuse_rounding_the_loaded_inputs(const cli *c, const attn_inputs *in, int dirfd, int backward) {
+    const unsigned f32 = in->from_f32 & (backward ? 15u : 7u);
+    if (!c->save_inputs || !f32 || !saves_into_load_dir(c, dirfd)) return -1;
+    char list[40];
+    return bad(
+        "--save '%s' is the --load folder and its %s held float32 values: --save-inputs would replace "
+        "them with their float16 rounding (drop --save-inputs: the folder's own inputs stay beside the "
+        "results; or --save into another folder)",
+        c->save_dir, input_names(f32, list));
 }
 
 /* Loads or makes the inputs and checks the scale against them. Returns -1 to go on, or the exit
@@ -678,6 +769,7 @@ static int find_stages(const cli *c, const attn_stage **s, const attn_stage **f)
         return EXIT_USAGE;
     }
     if (attn_stage_gpus_ok(*s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
+    if (c->trace_row >= 0 && !(*s)->traces) return attn_trace_refused(*s), bad("%s", attn_last_error());
     if (!c->forward_key) return -1;
     if ((*s)->pass == ATTN_FORWARD)
         return bad(
@@ -693,11 +785,80 @@ static int find_stages(const cli *c, const attn_stage **s, const attn_stage **f)
     return -1;
 }
 
+/* --trace-row: a header before the run, one line a key tile from the model while it runs (trace_step),
+ * and after it the output row the stage wrote and the reference's, which the last line must reach. */
+#define TRACE_DIMS 4
+
+static void trace_begin(const attn_stage *s, long long row) {
+    printf("trace    query row %lld of head (b=0, h=0) through stage %s's key tiles: m and l as the model\n"
+           "         keeps them, alpha (the rescale of O and l), the LSE of the keys so far (m in the LSE's\n"
+           "         units + ln l) and O/l, the row's output so far; then the stage's output and the "
+           "reference\n",
+           row, s->id);
+    printf("  %-12s%10s %10s %9s %11s", "keys", "m", "l", "alpha", "LSE so far");
+    for (int d = 0; d < TRACE_DIMS; d++) printf("    O/l[%d]", d);
+    printf("\n");
+}
+
+static void trace_step(const attn_trace *t, const attn_trace_step *st) {
+    char keys[32];
+    const int past_n = st->key_last < st->key_first; /* 06m: a 64-key step of the tail tile wholly past N */
+    snprintf(keys, sizeof keys, past_n ? "%d.." : "%d-%d", st->key_first, st->key_last);
+    printf("  %-12s%10.5f %10.5f %9.6f", keys, (double)st->m, (double)st->l, (double)st->alpha);
+    if (!(st->l > 0.0f)) { /* no key seen yet: no LSE and no output to show */
+        printf(" %11s  (no visible key yet)\n", "-");
+        return;
+    }
+    printf(" %11.6f", (double)st->m * st->m_ln + log((double)st->l));
+    for (int d = 0; d < st->D && d < TRACE_DIMS; d++) printf(" %9.5f", (double)(st->o[d] / st->l));
+    printf("%s\n", past_n ? "  (every key past N: masked)" : "");
+    (void)t;
+}
+
+static void trace_end(const attn_inputs *in, const uint16_t *o, int64_t row) {
+    const attn_problem *p = &in->p;
+    const int dims = p->D < TRACE_DIMS ? (int)p->D : TRACE_DIMS;
+    printf("  %-11s %43s", "output", "");
+    for (int d = 0; d < dims; d++) printf(" %9.5f", (double)attn_to_f32(o[row * p->D + d], p->dtype));
+    double *ref = attn_alloc((size_t)p->D * sizeof(double)), lse;
+    if (ref && attn_reference_rows(p, in->q, in->k, in->v, &row, 1, ref, &lse) == ATTN_OK) {
+        printf("\n  %-11s %31s %11.6f", "reference", "", lse);
+        for (int d = 0; d < dims; d++) printf(" %9.5f", ref[d]);
+    }
+    printf("\n");
+    free(ref);
+}
+
+/* Host buffers for what the run hands back: O and LSE, or dQ, dK and dV. Returns -1, or the exit status. */
+static int alloc_outputs(int backward, const attn_problem *p, void *out[5]) {
+    const size_t bytes = (size_t)attn_qkv_elems(p) * 2;
+    const int n = backward ? 3 : 2;
+    for (int i = 0; i < n; i++) out[i] = attn_alloc(!backward && i == 1 ? (size_t)attn_rows(p) * 4 : bytes);
+    for (int i = 0; i < n; i++)
+        if (!out[i]) {
+            fprintf(stderr, "attn: cannot allocate host memory for the outputs\n");
+            return EXIT_FAIL;
+        }
+    return -1;
+}
+
+static attn_run_opts run_opts(const cli *c, const attn_stage *s, const attn_stage *f) {
+    attn_run_opts opt = attn_run_opts_default();
+    opt.repeat = c->repeat >= 0 ? (int)c->repeat : (s->on_gpu ? 10 : 1);
+    opt.warmup = c->warmup >= 0 ? (int)c->warmup : (s->on_gpu ? 2 : 0);
+    opt.check = c->check;
+    opt.check_rows = c->check_rows;
+    opt.seed = (uint64_t)c->seed;
+    opt.gpus = (int)c->gpus;
+    opt.forward = f;
+    return opt;
+}
+
 static int run(const cli *c) {
     const attn_stage *s, *f;
     int rc = find_stages(c, &s, &f);
     if (rc >= 0) return rc;
-    const int backward = s->pass != ATTN_FORWARD;
+    const int backward = s->pass != ATTN_FORWARD, tracing = c->trace_row >= 0;
     int dirfd = -1;
     void *out[5] = {NULL, NULL, NULL, NULL, NULL}; /* o, lse; or dq, dk, dv: the results to save */
     attn_inputs in;
@@ -711,26 +872,14 @@ static int run(const cli *c) {
     else if (c->load_dir)
         p.scale = 0.0f; /* 1/sqrt(D) once the files give D */
     if (rc < 0) rc = make_inputs(c, s, &p, &in);
-
-    attn_run_opts opt = attn_run_opts_default();
-    opt.repeat = c->repeat >= 0 ? (int)c->repeat : (s->on_gpu ? 10 : 1);
-    opt.warmup = c->warmup >= 0 ? (int)c->warmup : (s->on_gpu ? 2 : 0);
-    opt.check = c->check;
-    opt.check_rows = c->check_rows;
-    opt.seed = (uint64_t)c->seed;
-    opt.gpus = (int)c->gpus;
-    opt.forward = f;
-    if (rc < 0 && c->save_dir) {
-        const size_t bytes = (size_t)attn_qkv_elems(&p) * 2;
-        const int n = backward ? 3 : 2;
-        for (int i = 0; i < n; i++)
-            out[i] = attn_alloc(!backward && i == 1 ? (size_t)attn_rows(&p) * 4 : bytes);
-        for (int i = 0; i < n; i++)
-            if (!out[i] && rc < 0) {
-                fprintf(stderr, "attn: cannot allocate host memory for the outputs to save\n");
-                rc = EXIT_FAIL;
-            }
-    }
+    if (rc < 0 && c->save_dir) rc = refuse_rounding_the_loaded_inputs(c, &in, dirfd, backward);
+    if (rc < 0 && tracing && c->trace_row >= p.N)
+        rc = bad("--trace-row must be a query row, 0 to N - 1 = %lld (got %lld)", (long long)p.N - 1,
+                 c->trace_row);
+    attn_run_opts opt = run_opts(c, s, f);
+    const attn_trace trace = {c->trace_row, trace_step, NULL};
+    if (rc < 0 && (c->save_dir || tracing)) rc = alloc_outputs(backward, &p, out);
+    if (rc < 0 && tracing) opt.trace = &trace, trace_begin(s, c->trace_row);
     if (rc < 0) {
         attn_result r;
         attn_grads g = {out[0], out[1], out[2]};
@@ -741,6 +890,7 @@ static int run(const cli *c) {
             fprintf(stderr, "attn: %s\n", attn_last_error());
             rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
         } else {
+            if (tracing) trace_end(&in, out[0], c->trace_row);
             print_result(s, &p, &r);
             const void *data[SAVE_FILES] = {out[0], out[1], out[0], out[1], out[2], in.q, in.k, in.v, in.d_o};
             if (c->save_dir) rc = save_commit(c, s, &in, dirfd, data);
@@ -772,8 +922,8 @@ static int guard_std_fds(void) {
 
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
-    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,  1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0, 0,    NULL};
+    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,   1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
+             NULL, NULL, 0,    0, 0, 0,    NULL, -1};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);

@@ -50,6 +50,14 @@
  * check the first and last head and one random head; inside a head with N^2 D > 2^31, dQ on 256 random
  * rows and the first and last 32, dK and dV on as many keys; every row's LSE, O and D are still
  * computed, since every key's gradient sums over all rows.
+ *
+ * The reference is kept for the next check (one entry, at most 256 MiB): the reference and the
+ * tolerances of a check depend on the problem, the seed, and the checked heads' Q, K, V, dO and the
+ * forward's O and LSE only, never on the gradients checked. attn-bench checks stages 11, 12, 13 and
+ * 13d on one point's inputs after one and the same forward, and the reference is most of a check's
+ * time (3 N^2 D multiply-adds a head in double: minutes at B = 4, H = 32, N = 16384 on few cores), so
+ * the three after the first take it from here. The entry is found by a 64-bit hash of all that it
+ * depends on, the contents of those heads' slices included: inputs changed in place are a new entry.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -172,10 +180,57 @@ typedef struct {
     double *dq, *dk, *dv, *tq, *tk, *tv;
 } grad_bufs;
 
-/* One head: the reference on the sampled rows and keys, then every element of them compared. */
+/* The last check's reference: for each checked head in order, dq and tq (nrows D), dk, dv, tk, tv
+ * (nkeys D); key 0 when empty. */
+#define MEMO_MAX_BYTES ((size_t)256 << 20)
+static struct {
+    uint64_t key;
+    double *ref;
+    size_t used, cap; /* doubles */
+    int64_t forward_nonfinite;
+} memo;
+
+/* FNV-1a over bytes, 64-bit: h updated with n bytes of x. */
+static uint64_t hash_bytes(uint64_t h, const void *x, size_t n) {
+    const unsigned char *b = x;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What a check's reference depends on: the problem, the seed, and the heads' slices of Q, K, V, dO,
+ * O and LSE. */
+static uint64_t memo_key(const attn_inputs *in, const uint16_t *o, const float *lse, uint64_t seed,
+                         const int64_t *heads, int64_t nh) {
+    const attn_problem *p = &in->p;
+    const int64_t fields[7] = {p->B, p->H, p->N, p->D, p->causal, p->dtype, (int64_t)seed};
+    uint64_t h = hash_bytes(0xcbf29ce484222325ull, fields, sizeof fields);
+    h = hash_bytes(h, &p->scale, sizeof p->scale);
+    const size_t nd = (size_t)(p->N * p->D);
+    for (int64_t k = 0; k < (nh < 0 ? -nh : nh); k++) {
+        const size_t bh = (size_t)(nh < 0 ? heads[k] : k);
+        const uint16_t *t[5] = {in->q, in->k, in->v, in->d_o, o};
+        for (int i = 0; i < 5; i++) h = hash_bytes(h, t[i] + bh * nd, nd * 2);
+        h = hash_bytes(h, lse + bh * (size_t)p->N, (size_t)p->N * 4);
+    }
+    return h | 1; /* never 0, the empty entry's key */
+}
+
+/* The reference's six arrays of one head to (store) or from (!store) the memo at *at. */
+static void memo_copy(grad_bufs *b, int64_t nrows, int64_t nkeys, int64_t D, size_t *at, int store) {
+    double *part[6] = {b->dq, b->tq, b->dk, b->dv, b->tk, b->tv};
+    for (int i = 0; i < 6; i++) {
+        const size_t n = (size_t)((i < 2 ? nrows : nkeys) * D);
+        if (store) memcpy(memo.ref + *at, part[i], n * sizeof(double));
+        else memcpy(part[i], memo.ref + *at, n * sizeof(double));
+        *at += n;
+    }
+}
+
+/* One head: the reference on the sampled rows and keys (from the memo when cached, at *at; into it
+ * when store), then every element of them compared. */
 static attn_status check_head(const attn_inputs *in, weigh_ctx *wc, int64_t bh, uint64_t *seed, const uint16_t *dq,
                               const uint16_t *dk, const uint16_t *dv, grad_bufs *b, attn_grad_check *c,
-                              double l2[3][2]) {
+                              double l2[3][2], int cached, int store, size_t *at) {
     const attn_problem *p = &in->p;
     const int64_t N = p->N, D = p->D;
     int64_t *rows = NULL, *keys = NULL;
@@ -188,7 +243,10 @@ static attn_status check_head(const attn_inputs *in, weigh_ctx *wc, int64_t bh, 
     }
     attn_grad_request req = {rows, keys, nrows, nkeys, weigh_row, wc,
                              p->dtype == ATTN_F16 ? ETA_F16 : ETA_BF16, b->dq, b->dk, b->dv, b->tq, b->tk, b->tv};
-    attn_status st = attn_reference_grads_head(p, in->q, in->k, in->v, in->d_o, bh, &req);
+    attn_status st = ATTN_OK;
+    if (cached) memo_copy(b, nrows, nkeys, D, at, 0);
+    else st = attn_reference_grads_head(p, in->q, in->k, in->v, in->d_o, bh, &req);
+    if (st == ATTN_OK && store) memo_copy(b, nrows, nkeys, D, at, 1), memo.used = *at;
     const double as = fabs((double)p->scale);
     for (int64_t r = 0; r < nrows && st == ATTN_OK; r++) {
         const int64_t i = rows ? rows[r] : r, e = (bh * N + i) * D;
@@ -202,6 +260,22 @@ static attn_status check_head(const attn_inputs *in, weigh_ctx *wc, int64_t bh, 
     c->rows += nrows, c->keys += nkeys;
     free(rows), free(keys);
     return st;
+}
+
+/* Whether the memo can hold the reference of count heads (each at most 6 max(N, or the sampled 320) D
+ * doubles), made room for; 0 past MEMO_MAX_BYTES. It is emptied either way: a new entry is coming. */
+static int memo_reserve(const attn_problem *p, int64_t count) {
+    const int full = (double)p->N * (double)p->N * (double)p->D <= 0x1p31;
+    const double n = full ? (double)p->N : 2 * SAMPLE_EDGE + SAMPLE_RANDOM;
+    const double doubles = (double)count * 6.0 * n * (double)p->D;
+    memo.key = 0, memo.used = 0, memo.forward_nonfinite = 0;
+    if (doubles * sizeof(double) > (double)MEMO_MAX_BYTES) return 0;
+    if ((size_t)doubles > memo.cap) {
+        double *r = realloc(memo.ref, (size_t)doubles * sizeof(double));
+        if (!r) return 0;
+        memo.ref = r, memo.cap = (size_t)doubles;
+    }
+    return 1;
 }
 
 /* The heads to check: all of a small problem, else the first, the last and one at random. */
@@ -239,10 +313,15 @@ attn_status attn_check_grads(const attn_inputs *in, const uint16_t *o, const flo
     if (!buf) return attn_fail(ATTN_ENOMEM, "check: cannot allocate the reference gradients of one head");
     grad_bufs b = {buf, buf + N * D, buf + 2 * N * D, buf + 3 * N * D, buf + 4 * N * D, buf + 5 * N * D};
     double l2[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+    const uint64_t key = memo_key(in, o, lse, seed, heads, nh);
+    const int cached = memo.key == key, store = !cached && memo_reserve(p, count);
+    size_t at = 0;
     for (int64_t h = 0; h < count && st == ATTN_OK; h++)
-        st = check_head(in, &wc, nh < 0 ? heads[h] : h, &s, dq, dk, dv, &b, c, l2);
+        st = check_head(in, &wc, nh < 0 ? heads[h] : h, &s, dq, dk, dv, &b, c, l2, cached, store, &at);
     free(buf);
     if (st != ATTN_OK) return st;
+    if (cached) wc.forward_nonfinite = memo.forward_nonfinite; /* weigh_row counted them when it was made */
+    if (store) memo.key = key, memo.forward_nonfinite = wc.forward_nonfinite;
     c->heads = count;
     c->forward_nonfinite = wc.forward_nonfinite;
     c->pass = wc.forward_nonfinite == 0;

@@ -279,6 +279,7 @@ attn_run_opts attn_run_opts_default(void) {
     o.cold_l2 = 0;
     o.gpus = 0;
     o.forward = NULL;
+    o.trace = NULL;
     return o;
 }
 
@@ -314,11 +315,14 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
     attn_status st = ATTN_OK;
     for (int i = 0; i < out->n && compare && st == ATTN_OK; i++)
         if (!(first[i] = malloc(out->bytes[i]))) st = attn_fail(ATTN_ENOMEM, "cannot allocate the repeatability copy");
-    for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, a);
+    /* a trace follows the first run alone: a row's story once, not once a run */
+    attn_args traced = *a;
+    traced.trace = opt->trace;
+    for (int w = 0; w < opt->warmup && st == ATTN_OK; w++) st = s->run(p, w == 0 ? &traced : a);
     for (int r = 0; r < runs && st == ATTN_OK; r++) {
         for (int i = 0; i < out->n; i++) memset(out->buf[i], 0xff, out->bytes[i]); /* poison: NaN in every float */
         double t0 = now_ms();
-        st = s->run(p, a);
+        st = s->run(p, r == 0 && opt->warmup == 0 ? &traced : a);
         ms[r] = now_ms() - t0;
         res->runs = r + 1;
         for (int i = 0; i < out->n && st == ATTN_OK && compare && r == 0; i++) memcpy(first[i], out->buf[i], out->bytes[i]);
@@ -343,12 +347,22 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
 static attn_status run_cpu_forward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                                    attn_result *res, uint16_t *o, float *lse) {
     const attn_problem *p = &in->p;
-    const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL};
+    const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
     const cpu_outputs out = {{o, lse, NULL},
                              {(size_t)attn_qkv_elems(p) * 2, (size_t)attn_rows(p) * 4, 0},
                              {1, s->writes_lse, 0},
                              2};
     return run_cpu(s, in, opt, res, &a, &out);
+}
+
+attn_status attn_trace_refused(const attn_stage *s) {
+    char ids[128] = "";
+    size_t n = 0;
+    for (int i = 0; i < attn_num_stages; i++)
+        if (attn_stages[i].traces && n < sizeof ids)
+            n += (size_t)snprintf(ids + n, sizeof ids - n, "%s%s", n ? ", " : "", attn_stages[i].id);
+    return attn_fail(ATTN_EINVAL, "--trace-row: stage %s follows no row through its key tiles; the stages that "
+                     "do: %s (the CPU models of the online softmax)", s->id, ids);
 }
 
 attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
@@ -367,6 +381,7 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
     if (opt->repeat < 0 || opt->warmup < 0)
         return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
     if ((st = attn_stage_gpus_ok(s, opt->gpus)) != ATTN_OK) return st;
+    if (opt->trace && !s->traces) return attn_trace_refused(s);
     /* The default: every GPU present for a multi-GPU stage (a stage that cannot use that many says
      * so), one for the others. */
     attn_run_opts o_gpus = *opt;
@@ -442,6 +457,7 @@ static attn_status backward_ok(const attn_stage *s, const attn_stage *f, const a
     if ((st = attn_inputs_check_scale(in)) != ATTN_OK) return st;
     if (opt->repeat < 0 || opt->warmup < 0) return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
     if ((st = attn_stage_gpus_ok(s, opt->gpus)) != ATTN_OK) return st;
+    if (opt->trace && !s->traces) return attn_trace_refused(s);
     if (!in->d_o)
         return attn_fail(ATTN_EINVAL, "stage %s is a backward stage: the inputs need dO (random, or do.npy with "
                          "--load)", s->id);
@@ -484,7 +500,7 @@ attn_status attn_run_backward(const attn_stage *s, const attn_inputs *in, const 
         attn_grads mine = {dq, dk, dv};
         st = attn_run_gpu_backward(s, in, opt, res, o, lse, &mine);
     } else if (st == ATTN_OK) {
-        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, in->d_o, dq, dk, dv};
+        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, in->d_o, dq, dk, dv, NULL};
         const cpu_outputs out = {{dq, dk, dv}, {bytes, bytes, bytes}, {1, 1, 1}, 3};
         st = run_cpu(s, in, opt, res, &a, &out);
     }

@@ -135,6 +135,8 @@ typedef struct {
                            stages take 0 or 1. Default 0 */
     const attn_stage *forward; /* a backward stage: the forward stage whose O and LSE it reads; NULL:
                                   attn_default_forward() */
+    const attn_trace *trace;   /* --trace-row: passed to the stage's first run only (a stage with
+                                  `traces`; attn_run refuses the others); NULL: none */
 } attn_run_opts;
 
 typedef struct {
@@ -179,6 +181,9 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
  * backward stage, with g NULL. */
 attn_status attn_run_backward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                               attn_result *res, attn_grads *g);
+/* ATTN_EINVAL with the message for --trace-row on stage s, which follows no row: it names the stages
+ * that do (attn_stage.traces), from the registry. */
+attn_status attn_trace_refused(const attn_stage *s);
 /* The forward a backward stage runs by default: for a GPU stage the fastest forward stage (the last in
  * the registry) that writes LSE, runs on one GPU here and takes the problem; for a CPU stage stage 01.
  * NULL (with the reason in attn_last_error) when none can. */

@@ -56,3 +56,5 @@ void attn_signals_release(attn_held_signals *h) {
     if (sig) raise(sig);
     pthread_sigmask(SIG_SETMASK, &h->mask, NULL);
 }
+
+int attn_signals_noted(void) { return atomic_load(&noted); }

@@ -12,7 +12,8 @@
  * still running on a worker when the hold ends acts on the signal itself (hold_signals.c), so none is
  * lost. SIGXFSZ (past a file size limit, sent to the writing thread) is ignored during the hold
  * instead: the write then fails with EFBIG, which the writers report, and the temporary files go.
- * The cost: a Ctrl-C during the write waits for it (about a second per GB on a local disk). SIGKILL
+ * The cost: a Ctrl-C during the write waits for it (about a second per GB on a local disk); a wait for
+ * another process (the --save directory's lock) asks attn_signals_noted and stops at once. SIGKILL
  * and SIGSTOP cannot be held. One hold at a time (no nesting).
  */
 #ifndef ATTN_HOLD_SIGNALS_H
@@ -27,5 +28,8 @@ typedef struct {
 void attn_signals_hold(attn_held_signals *h);
 /* The actions and mask put back; a signal noted meanwhile raised again (the first one noted). */
 void attn_signals_release(attn_held_signals *h);
+/* During a hold: the first signal noted so far, or 0. A wait inside the hold (npy_out_commit_wait's for
+ * the directory's lock) asks it, so that a Ctrl-C ends the wait rather than waiting with it. */
+int attn_signals_noted(void);
 
 #endif

@@ -13,8 +13,10 @@
  */
 #include "npy.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -547,7 +549,7 @@ static void tmp_name(npy_out *o, unsigned attempt) {
 
 attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *name) {
     memset(o, 0, sizeof *o);
-    o->fd = -1;
+    o->fd = o->held = -1;
     o->dirfd = dirfd;
     o->dir = dir;
     char shown[8192];
@@ -568,6 +570,9 @@ attn_status npy_out_create(npy_out *o, int dirfd, const char *dir, const char *n
         o->tmp[0] = '\0';
         return npy_fail(out_shown(o, shown, sizeof shown), "cannot create its temporary file: %s", strerror(e));
     }
+    /* a lock on it for as long as it may be renamed, which npy_out_sweep respects: held through a
+     * second descriptor, so that npy_out_write still closes (and checks the close of) the first */
+    o->held = flock(o->fd, LOCK_SH | LOCK_NB) == 0 ? fcntl(o->fd, F_DUPFD_CLOEXEC, 0) : -1;
     o->state = 1;
     return ATTN_OK;
 }
@@ -605,10 +610,17 @@ attn_status npy_out_write(npy_out *o, npy_dtype dtype, int ndim, const int64_t *
     return st;
 }
 
+/* The temporary's lock let go: it is renamed or removed. */
+static void let_go(npy_out *o) {
+    if (o->held >= 0) close(o->held);
+    o->held = -1;
+}
+
 void npy_out_discard(npy_out *o) {
     if (!o || o->state == 0) return;
     if (o->fd >= 0) close(o->fd);
     if (o->tmp[0]) unlinkat(o->dirfd, o->tmp, 0);
+    let_go(o);
     o->fd = -1;
     o->tmp[0] = '\0';
     o->state = 0;
@@ -622,7 +634,7 @@ void npy_out_discard(npy_out *o) {
  * or a file system without hard links), and the commit goes on without a backup of it. */
 static int backup(npy_out *b, int dirfd, const char *dir, const char *name) {
     memset(b, 0, sizeof *b);
-    b->fd = -1, b->dirfd = dirfd, b->dir = dir;
+    b->fd = b->held = -1, b->dirfd = dirfd, b->dir = dir;
     snprintf(b->name, sizeof b->name, "%s", name);
     for (unsigned attempt = 0; attempt < 100; attempt++) {
         tmp_name(b, attempt);
@@ -683,14 +695,85 @@ static attn_status commit_locked(npy_out *outs, int n, const char *const *stale,
                                 : " (the new files written before it were removed, not left unpaired)");
             break;
         }
-        if (o) o->tmp[0] = '\0', o->state = 0;
+        if (o) o->tmp[0] = '\0', o->state = 0, let_go(o);
     }
     for (int i = 0; i < total; i++)
         if (bak[i].tmp[0]) unlinkat(dirfd, bak[i].tmp, 0);
     return st;
 }
 
+/* The PID in `entry` when it is a temporary of `name` as tmp_name writes them (NAME.PID.RANDOM.tmp, 12
+ * lower-case hex digits), else 0. */
+static long tmp_owner(const char *entry, const char *name) {
+    const size_t n = strlen(name);
+    if (strncmp(entry, name, n) || entry[n] != '.') return 0;
+    const char *pid = entry + n + 1, *hex = pid + strspn(pid, "0123456789") + 1;
+    if (hex - pid < 2 || hex - pid > 11 || hex[-1] != '.') return 0; /* 1..10 digits: PIDs < 2^31 */
+    if (strspn(hex, "0123456789abcdef") != 12 || strcmp(hex + 12, ".tmp")) return 0;
+    const long v = strtol(pid, NULL, 10);
+    return v > 0 && v <= 0x7fffffffL ? v : 0;
+}
+
+/* Removes `entry`, a temporary of process pid, if that run has ended: the process is gone (ESRCH: not
+ * merely another user's, EPERM), and the entry is a regular file that nobody holds a lock on (taken here
+ * before the unlink, so that no writer can take it in between). 1 when removed. */
+static int remove_if_left(int dirfd, const char *entry, long pid) {
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) return 0;
+    const int fd = openat(dirfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
+    const int gone = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+                     unlinkat(dirfd, entry, 0) == 0;
+    close(fd);
+    return gone;
+}
+
+int npy_out_sweep(int dirfd, const char *const *names, int n) {
+    const int locked = flock(dirfd, LOCK_EX | LOCK_NB) == 0; /* else unsupported (then unlocked), or busy */
+    if (!locked && (errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    const int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* closedir closes it */
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) close(fd);
+    int removed = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        for (int i = 0; i < n; i++) {
+            const long pid = tmp_owner(e->d_name, names[i]);
+            if (pid) {
+                removed += remove_if_left(dirfd, e->d_name, pid);
+                break;
+            }
+        }
+    if (d) closedir(d);
+    if (locked) flock(dirfd, LOCK_UN);
+    return removed;
+}
+
+/* The directory's lock, polled every 10 ms: a blocking flock waited as long as another process held it,
+ * deaf to build/attn's held signals. 1: locked; 0: flock unsupported here (some network file systems:
+ * the renames go ahead unlocked, as before); -1: busy past wait_ms, or stop() said so (message set). */
+static int lock_dir(const npy_out *o, int wait_ms, int (*stop)(void)) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (flock(o->dirfd, LOCK_EX | LOCK_NB) == 0) return 1;
+        if (errno != EWOULDBLOCK && errno != EINTR) return 0;
+        if (stop && stop())
+            return npy_fail(o->dir, "interrupted while waiting for another process's lock (flock) on it"), -1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000.0 + (now.tv_nsec - t0.tv_nsec) / 1e6 >= wait_ms)
+            return npy_fail(o->dir, "busy: another process has held a lock (flock) on the directory for %g s",
+                            wait_ms / 1000.0),
+                   -1;
+        nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL); /* a signal cuts it short: stop() then sees it */
+    }
+}
+
 attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int nstale) {
+    return npy_out_commit_wait(outs, n, stale, nstale, NPY_LOCK_WAIT_MS, NULL);
+}
+
+attn_status npy_out_commit_wait(npy_out *outs, int n, const char *const *stale, int nstale, int wait_ms,
+                                int (*stop)(void)) {
     char shown[8192];
     attn_status st = ATTN_OK;
     if (n < 1) return npy_fail("npy_out_commit", "no outputs given");
@@ -702,15 +785,15 @@ attn_status npy_out_commit(npy_out *outs, int n, const char *const *stale, int n
             st = npy_fail(out_shown(&outs[i], shown, sizeof shown),
                           "npy_out_commit: not written, or in another directory");
     /* Two runs saving to one directory commit one after the other, so the pair that stays is one
-     * run's. flock is advisory and may be unsupported (some network file systems): then the renames
-     * go ahead unlocked, as before. */
+     * run's (lock_dir). */
     const int dirfd = outs[0].dirfd;
-    const int locked = st == ATTN_OK && flock(dirfd, LOCK_EX) == 0;
+    const int locked = st == ATTN_OK ? lock_dir(&outs[0], wait_ms, stop) : 0;
+    if (locked < 0) st = ATTN_EIO;
     if (st == ATTN_OK) st = commit_locked(outs, n, stale, nstale);
     /* The renames themselves on disk; EINVAL: the file system cannot sync a directory. */
     if (st == ATTN_OK && fsync(dirfd) != 0 && errno != EINVAL && errno != EROFS)
         st = npy_fail(out_shown(&outs[0], shown, sizeof shown), "cannot flush the directory: %s", strerror(errno));
-    if (locked) flock(dirfd, LOCK_UN);
+    if (locked > 0) flock(dirfd, LOCK_UN);
     for (int i = 0; i < n; i++) npy_out_discard(&outs[i]);
     return st;
 }

@@ -41,21 +41,25 @@
 #      --load of a folder not in the tree, input redirections, shell expansion,
 #      placeholders (an ALL-CAPS word such as ID, N or DIR, or <...>). Output redirections are
 #      dropped (the output is captured here). In running text a span without --stage (nor --list,
-#      --list-ids, --list-dims, --help), or ending in "...", shows flags, not a whole command: it is
-#      completed with --stage 01 and, for each of --batch 1 --heads 1 --seq 64 --dim 64 it lacks,
-#      that flag, so that its flags are parsed. In a code block every command must stand alone.
+#      --list-ids, --list-dims, --source, --help), or ending in "...", shows flags, not a whole
+#      command: it is completed with --stage 01 and, for each of --batch 1 --heads 1 --seq 64 --dim 64
+#      it lacks, that flag, so that its flags are parsed. In a code block every command must stand alone.
 #   4. build/attn-bench ... (and `attn-bench ...` in running text): run as in 3. with --cpu-only
 #      appended (no GPU stage runs, wherever this runs) and --csv pointing into a temporary folder
 #      (a --csv the line gives is replaced: its path is not checked), so that nothing in the tree
 #      is written. A CPU sweep that outlasts the limit (attn-bench --warmup-ms 100 on 2 cores) is
 #      a skip, as in 3.
 #
+#   5. References that go stale when the code moves (tests/docs_refs.sh, which says how): every
+#      `file:line` in the Markdown must name what it cites, and the name must stand in those lines;
+#      every workshop/*.patch must apply exactly where its hunks say, without offset or fuzz.
+#
 # Not checked: other programs and scripts (bash ..., python3 ..., bench/peers.py), anchors into
 # non-Markdown files, the values of flags beyond what the binaries check, whether a GPU stage runs
 # (on a machine without a GPU it stops at "no usable GPU"), and what a command prints.
 #
 # Output: one line per problem, FILE:LINE: what; then
-#   docs-check: N links, M make targets, K commands checked; P problems (S skipped)
+#   docs-check: N links, M make targets, K commands, R line references, W patches checked; P problems (S skipped)
 # DOCS_CHECK_VERBOSE=1 also prints each skip, with its reason. Exit 1 if there is any problem, 0
 # otherwise, 2 when the check itself cannot run.
 set -u
@@ -518,7 +522,7 @@ check_run() { # kind file line src flags env... \036 args...
             case $w in *[a-z]*) ;; *) skipped "$file" "$ln" "$prog: placeholder '$w'"; return ;; esac ;;
         --save | --save=*) [ "$kind" = attn ] && { skipped "$file" "$ln" "$prog: --save writes files"; return; } ;;
         --stage | --stage=*) has_stage=1 ;;
-        --list | --list-ids | --list-dims | --help | -h) has_action=1 ;;
+        --list | --list-ids | --list-dims | --source | --help | -h) has_action=1 ;;
         esac
         if [ "$prev" = --load ] && [ ! -d "$w" ]; then
             skipped "$file" "$ln" "$prog: --load $w: no such folder in the tree"
@@ -592,5 +596,15 @@ while IFS=$'\t' read -r kind file ln src flags words; do
     esac
 done <"$tmp/cmds"
 
-echo "docs-check: $n_links links, $n_make make targets, $n_cmds commands checked; $n_problems problems ($n_skipped skipped)"
+# ------------------------------------------------------------------------------------------------
+# 5. file:line references and the workshop patches.
+refs_out=$(bash "$here/docs_refs.sh" "$root")
+[ $? -le 1 ] || die "tests/docs_refs.sh could not run"
+printf '%s\n' "$refs_out" | grep -v '^docs-refs: '
+refs_last=$(printf '%s\n' "$refs_out" | tail -n 1)
+n_refs=$(printf '%s\n' "$refs_last" | sed -n 's/^docs-refs: \([0-9]*\) line references.*/\1/p')
+n_patches=$(printf '%s\n' "$refs_last" | sed -n 's/.*, \([0-9]*\) patches checked.*/\1/p')
+n_problems=$((n_problems + $(printf '%s\n' "$refs_last" | sed -n 's/.*; \([0-9]*\) problems$/\1/p')))
+
+echo "docs-check: $n_links links, $n_make make targets, $n_cmds commands, ${n_refs:-0} line references, ${n_patches:-0} patches checked; $n_problems problems ($n_skipped skipped)"
 [ "$n_problems" -eq 0 ]

@@ -3,11 +3,16 @@
 # libcriterion-dev with apt-get when it may (root, or sudo without a password); otherwise it stops
 # with the exact command to run.
 set -u
+# The probe program goes into a new private directory (mktemp -d: created exclusively, mode 0700): at
+# /tmp/attn-crit-$$.c, a name known before the run, a link planted there was written through (as root,
+# into any file).
 have_criterion() {
-    printf '#include <criterion/criterion.h>\nTest(a, b) { cr_assert(1); }\n' >/tmp/attn-crit-$$.c
-    ${CC:-cc} /tmp/attn-crit-$$.c -o /tmp/attn-crit-$$ -lcriterion >/dev/null 2>&1
+    d=$(mktemp -d "${TMPDIR:-/tmp}/attn-crit.XXXXXX") ||
+        { echo "error: cannot create a temporary directory in ${TMPDIR:-/tmp} for the Criterion probe" >&2; exit 1; }
+    printf '#include <criterion/criterion.h>\nTest(a, b) { cr_assert(1); }\n' >"$d/probe.c"
+    ${CC:-cc} "$d/probe.c" -o "$d/probe" -lcriterion >/dev/null 2>&1
     rc=$?
-    rm -f /tmp/attn-crit-$$.c /tmp/attn-crit-$$
+    rm -rf "$d"
     return $rc
 }
 have_criterion && exit 0

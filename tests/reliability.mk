@@ -23,8 +23,10 @@
 #   make docs-check                   the tracked *.md files and the source files' header comments:
 #                                     every relative link (and #anchor) resolves, every `make TARGET`
 #                                     names a target, every build/attn and attn-bench command shown
-#                                     parses (tests/docs_check.sh says how; no GPU needed, about 40 s
-#                                     on 2 cores; not part of make check)
+#                                     parses, every file:line names what stands there and every
+#                                     workshop patch applies without offset (tests/docs_check.sh and
+#                                     tests/docs_refs.sh say how; no GPU needed, about 40 s on 2
+#                                     cores; not part of make check)
 
 .PHONY: fuzz check-asan sanitize leakcheck docs-check check-cuda-headers
 

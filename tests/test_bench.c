@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +27,8 @@ static int bench(const char *args) { return run_bin(bench_bin(), args, out, size
 
 /* attn-bench's header; the report tests write the peers' (no pass column: a row reads as the forward's) */
 static const char HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
-                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+                             "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,"
+                             "tile_read,tile_written\n";
 static const char REPORT_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                                     "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
 
@@ -165,13 +167,20 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
     int rows = 0;
     for (char *save = NULL, *line = strtok_r(text + strlen(HEADER), "\n", &save); line;
          line = strtok_r(NULL, "\n", &save), rows++) {
-        char copy[1024], *field[23];
+        char copy[1024], *field[27];
         int nf = 1;
         snprintf(copy, sizeof copy, "%s", line);
         field[0] = copy;
-        for (char *p = copy; *p && nf < 23; p++)
+        for (char *p = copy; *p && nf < 27; p++)
             if (*p == ',') *p = '\0', field[nf++] = p + 1;
-        cr_assert_eq(nf, 22, "row %d has %d fields: %s", rows, nf, line);
+        cr_assert_eq(nf, 26, "row %d has %d fields: %s", rows, nf, line);
+        /* the bytes, on every row, ran or not: HBM at least Q, K and V once (2 x 17 x 32 x 2 bytes each at
+         * N = 17), the tiles at least what HBM reads */
+        const double inputs = 3.0 * 2 * atof(field[7]) * 32 * 2;
+        cr_assert(atof(field[22]) >= inputs && atof(field[23]) > 0, "row %d: hbm bytes %s %s", rows, field[22],
+                  field[23]);
+        cr_assert(atof(field[24]) >= atof(field[22]) && atof(field[25]) >= atof(field[23]), "row %d: tiles %s",
+                  rows, line);
         cr_assert_str_eq(field[2], commit, "row %d: %s", rows, line);
         const attn_stage *s = attn_find_stage(field[3]);
         cr_assert_not_null(s, "unknown stage in row %d: %s", rows, line);
@@ -304,6 +313,12 @@ Test(bench, numbers_and_lists_are_strict) {
     EXPECT_BAD("--stages 01,01", "--stages lists 01 twice");
     EXPECT_BAD("--stages 01,naive_cpu", "--stages lists naive_cpu twice");
     EXPECT_BAD("--stages 01,", "--stages must be a comma-separated list of stage ids");
+    /* the real flags as strictly as build/attn's --scale (strtod alone took " 5", "+5" and "0x10") */
+    EXPECT_BAD("--warmup-ms ' 5'", "--warmup-ms must be a finite number >= 0 (got ' 5')");
+    EXPECT_BAD("--repeat-ms +5", "--repeat-ms must be a finite number >= 0 (got '+5')");
+    EXPECT_BAD("--cpu-limit 0x10", "--cpu-limit must be a finite number >= 0 (got '0x10')");
+    EXPECT_BAD("--cpu-limit -1", "--cpu-limit must be a finite number >= 0 (got '-1')");
+    cr_assert_eq(bench(TINY " --warmup-ms .5 --dry-run"), 0, "%s", out);
 }
 
 /* A --csv that is a FIFO or a directory is refused before the sweep (exit 2): the rename would have
@@ -326,12 +341,56 @@ Test(bench, csv_that_is_not_a_file_is_refused_at_once) {
     rmdir(dir);
 }
 
-/* build/attn-bench as a path that works from another folder: a test that cd's there needs it. */
-static void bench_bin_abs(char *bin, size_t cap) {
-    char cwd[1024];
+/* build/attn-bench as a path that works from another folder (a test that cd's there needs it), and one
+ * with a space in it, as any path is in a checkout under "My projects/": a link in a new folder
+ * "/tmp/attn bench.XXXXXX" (link_dir, removed by the caller with its link). The commands these tests
+ * built used it unquoted, and failed only where the checkout's path had a space (issue 58). */
+static void bench_bin_abs(char *bin, size_t cap, char link_dir[32]) {
+    char cwd[1024], real[2048];
     cr_assert_not_null(getcwd(cwd, sizeof cwd));
     const int rel = bench_bin()[0] != '/';
-    snprintf(bin, cap, "%s%s%s", rel ? cwd : "", rel ? "/" : "", bench_bin());
+    snprintf(real, sizeof real, "%s%s%s", rel ? cwd : "", rel ? "/" : "", bench_bin());
+    snprintf(link_dir, 32, "/tmp/attn bench.XXXXXX");
+    cr_assert_not_null(mkdtemp(link_dir));
+    snprintf(bin, cap, "%s/attn-bench", link_dir);
+    cr_assert_eq(symlink(real, bin), 0, "%s", bin);
+}
+
+static void remove_bin_link(const char *bin, const char *link_dir) {
+    cr_assert_eq(unlink(bin), 0);
+    cr_assert_eq(rmdir(link_dir), 0);
+}
+
+/* `make bench` with a CSV (and PLOTS_DIR) path holding spaces (issue 58): the recipe split it into
+ * words, so attn-bench said "unknown option" and `mkdir -p $(dir $(CSV))` made a folder named after the
+ * middle word in the current one. Run through make with the build's own attn-bench (-o: make rebuilds
+ * nothing, whatever build this is), one stage at one point, no peers. */
+Test(bench, make_bench_takes_a_csv_path_with_spaces) {
+    char top[] = "/tmp/attn-bench-make.XXXXXX", cmd[4096], csv[256], build[512];
+    cr_assert_not_null(mkdtemp(top));
+    const char *word = strrchr(top, '/') + 1; /* the middle word of the path: a stray folder's name */
+    snprintf(csv, sizeof csv, "%s/a %s/with space.csv", top, word);
+    snprintf(build, sizeof build, "%s", bench_bin());
+    *strrchr(build, '/') = '\0';
+    snprintf(cmd, sizeof cmd,
+             "env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory NO_CUDA=1 BUILD='%s' -o '%s' bench "
+             "PEERS=0 CSV='%s' PLOTS_DIR='%s/plots and more' BENCH_ARGS='" TINY "' 2>&1",
+             build, bench_bin(), csv, top);
+    const int rc = run_cmd(cmd, out, sizeof out);
+    struct stat st;
+    const int stray = stat(word, &st) == 0;
+    if (stray) { /* remove what the old recipe made here before failing */
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", word);
+        cr_assert_eq(system(cmd), 0);
+    }
+    cr_assert_not(stray, "make bench made a folder '%s' in the current one", word);
+    cr_assert_eq(rc, 0, "make bench: %s", out);
+    cr_assert_null(strstr(out, "unknown option"), "%s", out);
+    char *text = slurp(csv);
+    cr_assert_not_null(text, "no CSV at '%s': %s", csv, out);
+    cr_assert(strstr(text, ",01,") && strstr(text, ",ok,"), "%s", text);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    cr_assert_eq(system(cmd), 0);
 }
 
 /* A --csv that names no file is refused before the sweep (exit 2, naming --csv), and nothing is made in
@@ -339,10 +398,12 @@ static void bench_bin_abs(char *bin, size_t cap) {
  * there) and failed at the rename after the whole sweep (exit 1); a path ending in '/' can only be a
  * folder; one under a file cannot be looked up (the early check took lstat's ENOTDIR for "absent"). */
 Test(bench, csv_that_names_no_file_is_refused_before_the_sweep) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2100], cmd[4096];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", bin[2048], under_file[2300], cmd[4096], link_dir[32];
+    char word[2200], path[2100];
     cr_assert_not_null(mkdtemp(dir));
-    bench_bin_abs(bin, sizeof bin);
-    snprintf(under_file, sizeof under_file, "--csv %s/b.csv", bin); /* a file is no folder */
+    bench_bin_abs(bin, sizeof bin, link_dir);
+    snprintf(path, sizeof path, "%s/b.csv", bin); /* a file is no folder */
+    snprintf(under_file, sizeof under_file, "--csv %s", sh_word(path, word, sizeof word));
     const char *bad[][2] = {
         {"--csv ''", "--csv: a file's path is needed (got '')"},
         {"--csv=", "--csv: a file's path is needed (got '')"},
@@ -351,28 +412,30 @@ Test(bench, csv_that_names_no_file_is_refused_before_the_sweep) {
         {under_file, "--csv: cannot look up '"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " %s", dir, bin, bad[i][0]);
+        snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " %s", dir, sh_word(bin, word, sizeof word), bad[i][0]);
         const int rc = run_cmd(cmd, out, sizeof out);
         cr_assert_eq(rc, 2, "'%s' exited %d, want 2: %s", bad[i][0], rc, out);
         cr_assert(strstr(out, bad[i][1]), "'%s': message lacks '%s': %s", bad[i][0], bad[i][1], out);
         cr_assert_null(strstr(out, "inputs B="), "'%s': the sweep ran first: %s", bad[i][0], out);
         cr_assert_eq(count_entries(dir), 0, "'%s' left files in %s", bad[i][0], dir);
     }
+    remove_bin_link(bin, link_dir);
     cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
 }
 
 /* A CSV that cannot be written is found before the sweep, not after it; the default folder
  * (build/bench/ under the current one) is made when missing, as peers.py makes its own. */
 Test(bench, csv_path_is_tried_before_the_sweep) {
-    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], cmd[4096], bin[2048];
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], cmd[4096], bin[2048], link_dir[32], word[2100];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(args, sizeof args, TINY " --csv %s/missing/b.csv", dir);
     cr_assert_eq(bench(args), 2, "%s", out);
     cr_assert(strstr(out, "cannot create a temporary file beside"), "%s", out);
     cr_assert_null(strstr(out, "inputs B="), "the sweep ran before the CSV was tried: %s", out);
-    bench_bin_abs(bin, sizeof bin);
-    snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " --commit t4", dir, bin);
+    bench_bin_abs(bin, sizeof bin, link_dir);
+    snprintf(cmd, sizeof cmd, "cd %s && %s " TINY " --commit t4", dir, sh_word(bin, word, sizeof word));
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    remove_bin_link(bin, link_dir);
     snprintf(cmd, sizeof cmd, "%s/build/bench/bench_stages.csv", dir);
     char *text = slurp(cmd);
     cr_assert(text && strstr(text, ",t4,01,"), "no CSV in the default folder: %s", out);
@@ -500,6 +563,81 @@ Test(bench, report_derives_tflops_and_reads_every_causal_spelling) {
 
 /* report.sh plots puts the CSV's gpu, date, commit and names and the output folder into a gnuplot
  * script: a backquote there ran a shell command, a quote let a name call system(). None may run. */
+/* The lines of text that are `line`, and the most and fewest unescaped '|' on a table line. */
+static int lines_equal(const char *text, const char *line, int *most_bars, int *fewest_bars) {
+    int n = 0;
+    *most_bars = 0, *fewest_bars = 1 << 30;
+    for (const char *l = text; *l;) {
+        const size_t len = strcspn(l, "\n");
+        int bars = 0;
+        for (size_t k = 0; k < len; k++) bars += l[k] == '|' && (k == 0 || l[k - 1] != '\\');
+        if (len && l[0] == '|') *most_bars = bars > *most_bars ? bars : *most_bars;
+        if (len && l[0] == '|') *fewest_bars = bars < *fewest_bars ? bars : *fewest_bars;
+        n += len == strlen(line) && !strncmp(l, line, len);
+        l += len + (l[len] == '\n');
+    }
+    return n;
+}
+
+/* report.sh copies the CSV's text into the READMEs and onto the terminal (issue 58): a field holding a
+ * block's end marker made the README grow on every run (the next run's block ended at the copy), a '|'
+ * split a table cell in two, and escape sequences reached the terminal. In a copy of the report's tree
+ * (its own README.md, bench/README.md and a stage folder), two runs of `report.sh readme` leave each
+ * README the same, with one line for each marker, every table line with as many cells as its header,
+ * and no control character; `report.sh tables` prints none either. */
+Test(bench, report_neutralises_what_a_csv_holds) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", cmd[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir bench 06_x && cp \"$OLDPWD\"/bench/report.sh \"$OLDPWD\"/bench/report.awk bench/ && "
+             "printf 'top\\n<!-- bench:begin -->\\nold\\n<!-- bench:end -->\\ntail\\n' >README.md && "
+             "printf 'b\\n<!-- bench:tables:begin -->\\n<!-- bench:tables:end -->\\n' >bench/README.md && "
+             "printf 's\\n<!-- bench:stage:06:begin -->\\n<!-- bench:stage:06:end -->\\n' >06_x/README.md",
+             dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    char path[700];
+    snprintf(path, sizeof path, "%s/r.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(REPORT_HEADER, f);
+    const char *end = "<!-- bench:end --><!-- bench:tables:end --><!-- bench:stage:06:end -->";
+    fprintf(f, "GPU|x\033[2J,d\033]0;t\007,c|1,06,fa2%s|y,1,4,64,16,0,fp16,ok,1.5,0.1,0,0,0.0002,pass,5,-,n%s|z\033[31m\n",
+            end, end);
+    fprintf(f, "GPU|x\033[2J,d\033]0;t\007,c|1,torch_naive,,1,4,64,16,0,fp16,ok,3.0,0.05,0,0,,,5,-,\n");
+    fclose(f);
+    static const char *const readme[3][2] = {
+        {"README.md", "bench:"}, {"bench/README.md", "bench:tables:"}, {"06_x/README.md", "bench:stage:06:"}};
+    char *first[3] = {NULL, NULL, NULL};
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof cmd, "cd %s && sh bench/report.sh readme r.csv", dir);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, readme[i][0]);
+            char *text = slurp(path), marker[64];
+            cr_assert_not_null(text);
+            if (!run) first[i] = strdup(text);
+            else cr_assert_str_eq(text, first[i], "%s changed on the second run", readme[i][0]);
+            int most, fewest;
+            for (int e = 0; e < 2; e++) {
+                snprintf(marker, sizeof marker, "<!-- %s%s -->", readme[i][1], e ? "end" : "begin");
+                cr_assert_eq(lines_equal(text, marker, &most, &fewest), 1, "%s: %s not one line's:\n%s",
+                             readme[i][0], marker, text);
+            }
+            cr_assert_eq(most, fewest, "%s: a table line with another cell count:\n%s", readme[i][0], text);
+            cr_assert_null(strpbrk(text, "\033\007"), "%s: a control character:\n%s", readme[i][0], text);
+        }
+    }
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh tables %s/r.csv", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strpbrk(out, "\033\007"), "tables print a control character: %s", out);
+    snprintf(cmd, sizeof cmd, "cd %s && BENCH_CMD='make bench %s' sh bench/report.sh readme r.csv", dir, end);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "report: readme: the BENCH_CMD 'make bench <!-- bench:end -->"), "%s", out);
+    for (int i = 0; i < 3; i++) free(first[i]);
+    snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 Test(bench, report_plots_never_run_what_a_csv_holds) {
     if (run_cmd("command -v gnuplot", out, sizeof out) != 0)
         cr_skip_test("gnuplot not found: plots not tested");
@@ -848,6 +986,27 @@ Test(bench, report_tables_order_compare_and_skip) {
     remove_report_dir(dir);
 }
 
+/* "vs best" of a backward row is against the backward rows of its point alone: a backward stage does
+ * 2.5 times a forward's work, and a forward's time is no best for it (12m read 0.20x against 05m). */
+Test(bench, report_vs_best_keeps_backward_rows_apart) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", path[600], line[512];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/in.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
+          "max_abs_err,check,repeats,l2,note,pass\n", f);
+    fputs("G1,d,c,05m,bands,1,2,64,64,0,fp16,ok,1,,0,0,0.0002,pass,5,-,,fwd\n", f);
+    fputs("G1,d,c,12m,bwd_model,1,2,64,64,0,fp16,ok,4,,0,0,0.0002,pass,5,-,,bwd\n", f);
+    fputs("G1,d,c,13,bwd_fast,1,2,64,64,0,fp16,ok,2,,0,0,0.0002,pass,5,-,,bwd\n", f);
+    fclose(f);
+    report_tables(path);
+    cr_assert(strstr(line_with(out, " 12m bwd_model ", line, sizeof line), " 0.50x "), "2 / 4, not 1 / 4:\n%s", out);
+    cr_assert(strstr(line_with(out, " 13 bwd_fast ", line, sizeof line), " 1.00x "), "%s", out);
+    cr_assert(strstr(line_with(out, " 05m bands ", line, sizeof line), " 1.00x "), "%s", out);
+    remove_report_dir(dir);
+}
+
 /* report.sh merge into an OUT that is a symbolic link replaces the link, never what it points to: not
  * even a FIFO there is refused or written to (the rename never opens it). */
 Test(bench, report_merge_replaces_a_link_out) {
@@ -883,4 +1042,172 @@ Test(bench, report_merge_needs_csvs_with_the_columns) {
     cr_assert(strstr(out, "in.csv has no stage, N, D or status column; skipped") && strstr(out, "no rows to merge"),
               "%s", out);
     remove_report_dir(dir);
+}
+
+/* ---- the backward: attn-bench's rows, the switches, the report's backward tables --------------- */
+
+/* A backward stage's row (12m, the CPU model of stage 12) says pass bwd and counts 2.5 times the
+ * forward's FLOPs: 2.5 x 4 B H N^2 D, half when causal, over its time; the forward stage's beside it
+ * says fwd and counts 4 B H N^2 D. Both are checked (12m's gradients against the double reference). */
+Test(bench, backward_rows_count_two_and_a_half_forwards) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], f[64];
+    bench_into_fresh_csv(dir, csv, sizeof csv,
+                         "--cpu-only --batch 1 --heads 2 --seqs 33 --dims 32 --causal 1 --stages 01,12m --repeat-ms 1");
+    const char *text = slurp(csv);
+    const char *stages[2] = {"01", "12m"}, *pass[2] = {"fwd", "bwd"};
+    const double times[2] = {1.0, 2.5}, flops = 4.0 * 1 * 2 * 33 * 33 * 32 / 2;
+    for (int s = 0; s < 2; s++) {
+        const char *row = csv_row(text, stages[s]);
+        cr_assert_not_null(row, "no row of %s: %s", stages[s], text);
+        cr_assert_str_eq(csv_field(row, 21, f, sizeof f), pass[s], "%s", row);
+        cr_assert_str_eq(csv_field(row, 11, f, sizeof f), "ok", "%s", row);
+        cr_assert_str_eq(csv_field(row, 17, f, sizeof f), "pass", "%s", row);
+        const double ms = atof(csv_field(row, 12, f, sizeof f)), tf = atof(csv_field(row, 13, f, sizeof f));
+        const double want = times[s] * flops / (ms * 1e9);
+        cr_assert(ms > 0 && fabs(tf - want) <= 1e-5 * want, "%s: %g TFLOP/s, want %g from %g ms", stages[s], tf, want, ms);
+    }
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* --no-backward runs the forward stages alone, --no-forward the backward ones: the dry run's stage
+ * count is the registry's of that pass; both together, or either with --stages, is bad input. */
+Test(bench, pass_switches_select_the_stages) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600], args[1024], want[64];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    int nbwd = 0;
+    for (int i = 0; i < attn_num_stages; i++) nbwd += attn_stages[i].pass != ATTN_FORWARD;
+    cr_assert_gt(nbwd, 0, "no backward stage registered");
+    const char *sw[2] = {"--no-backward", "--no-forward"};
+    const int count[2] = {attn_num_stages - nbwd, nbwd};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "--cpu-only --dry-run %s --csv %s", sw[k], csv);
+        cr_assert_eq(bench(args), 0, "%s", out);
+        snprintf(want, sizeof want, "; %d stages; ", count[k]);
+        cr_assert(strstr(out, want), "%s: want '%s' in %s", sw[k], want, out);
+    }
+    EXPECT_BAD("--no-backward --no-forward", "--no-backward and --no-forward together leave no stage to run");
+    EXPECT_BAD("--stages 01 --no-forward", "--stages and --no-forward together");
+    EXPECT_BAD("--gpu-limit -2", "--gpu-limit must be a finite number >= 0 (got '-2')");
+    cr_assert_eq(rmdir(dir), 0, "files left in %s", dir);
+}
+
+/* The forward's rows and the backward's of one point, B=1 H=2 N=64 D=64 (4 B H N^2 D = 2097152 FLOPs
+ * forward): the peers sdpa_flash and sdpa_cudnn in both passes under one name. */
+static const char FWD_ROWS[] =
+    "g,d,c,01,cpu,1,2,64,64,0,fp16,ok,4,,0,0,0.0002,pass,5,-,,fwd\n"
+    "g,d,c,06,fa2_full,1,2,64,64,0,fp16,ok,0.5,,0,0,0.0002,pass,5,warm,,fwd\n"
+    "g,d,c,sdpa_flash,sdpa_flash,1,2,64,64,0,fp16,ok,1,,0,0,0.0001,pass,5,warm,,fwd\n";
+static const char BWD_ROWS[] =
+    "g,d,c,11,backward_naive,1,2,64,64,0,fp16,ok,8,,65536,65536,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,12,backward_tiled,1,2,64,64,0,fp16,ok,2,,33280,33280,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,13,backward_fa2,1,2,64,64,0,fp16,ok,1,,33280,33280,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,13d,backward_fa2_deterministic,1,2,64,64,0,fp16,ok,1.25,,33296,33296,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,sdpa_flash,sdpa_flash,1,2,64,64,0,fp16,ok,1.5,,32768,,0.001,pass,5,warm,,bwd\n"
+    "g,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,0.25,,0,,0.001,pass,5,warm,,bwd\n";
+
+/* The header of attn-bench's CSV up to pass, as before the bytes columns: the rows above have no bytes. */
+static const char PASS_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
+                                  "workspace_bytes,max_abs_err,check,repeats,l2,note,pass\n";
+
+/* dir/NAME holding PASS_HEADER and rows; its path into path */
+static void write_csv_file(const char *dir, const char *name, const char *rows, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(PASS_HEADER, f), fputs(rows, f), fclose(f);
+}
+
+/* The line of text after `from` that begins with `first`, into buf; "" if none. */
+static const char *table_line(const char *from, const char *first, char *buf, size_t cap) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "\n%s", first);
+    const char *at = from ? strstr(from, needle) : NULL;
+    buf[0] = '\0';
+    if (at) snprintf(buf, cap, "%.*s", (int)strcspn(at + 1, "\n"), at + 1);
+    return buf;
+}
+
+/* report.sh MODE on path into out (exit status returned) */
+static int report(const char *mode, const char *path, const char *extra) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh %s %s %s 2>&1", mode, path, extra);
+    return run_cmd(cmd, out, sizeof out);
+}
+
+/* The backward's rows change nothing of the forward's tables (the tables of the forward's rows alone
+ * are the start of the tables of both, byte for byte: no backward row enters a forward panel, its "vs
+ * best" or its comparison with the peers), and get panels of their own after them: vs 11 (stage 11's
+ * time over the row's), vs best among the backward rows, the memory beyond the inputs and gradients,
+ * TFLOP/s at 2.5 times the forward's FLOPs, each fast backward stage against the peers' backward, and
+ * the road table 12 vs 11, 13 vs 12, 13d vs 13. */
+Test(bench, report_backward_panels_beside_an_unchanged_forward) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", fwd[700], both[700], rows[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    write_csv_file(dir, "fwd.csv", FWD_ROWS, fwd, sizeof fwd);
+    snprintf(rows, sizeof rows, "%s%s", FWD_ROWS, BWD_ROWS);
+    write_csv_file(dir, "both.csv", rows, both, sizeof both);
+    static char alone[sizeof out];
+    cr_assert_eq(report("tables", fwd, ""), 0, "%s", out);
+    snprintf(alone, sizeof alone, "%s", out);
+    cr_assert_eq(report("tables", both, ""), 0, "%s", out);
+    cr_assert(!strncmp(out, alone, strlen(alone)), "the forward's tables changed:\n%s\n---- alone:\n%s", out, alone);
+    const char *bw = out + strlen(alone), *panel = strstr(bw, "== Backward: D=64, non-causal");
+    cr_assert(panel && !strstr(alone, "backward_"), "no backward panel, or a backward row in the forward's:\n%s", out);
+    char line[512];
+    cr_assert(strstr(line_with(alone, " 06 fa2_full ", line, sizeof line), " 1.00x "), "06's vs best: %s", line);
+    cr_assert(strstr(line_with(panel, " 11 backward_naive ", line, sizeof line), " 64.0 KiB "), "11: %s", line);
+    /* 12: 2 ms, 4.00x stage 11, 0.12x the best (cuDNN's 0.25 ms); 2.5 x 2097152 FLOPs in 2 ms */
+    cr_assert(strstr(line_with(panel, " 12 backward_tiled ", line, sizeof line), " 2.000 ") && strstr(line, " 4.00x ") &&
+                  strstr(line, " 0.12x ") && strstr(line, " 0.00262 "), "12: %s", line);
+    cr_assert(strstr(line_with(panel, " sdpa_flash ", line, sizeof line), " 1.500 "), "FA2's backward: %s", line);
+    cr_assert(strstr(bw, "stage 13 against the peers' backward (FA2, cuDNN)") &&
+                  strstr(bw, "stage 13d against the peers' backward"), "%s", bw);
+    cr_assert(strstr(table_line(strstr(bw, "stage 13 against"), "64 ", line, sizeof line), " 1.50 ") &&
+                  strstr(line, " 0.25"), "13 vs FA2 (1.5 / 1) and cuDNN (0.25 / 1): %s", line);
+    const char *road = strstr(bw, "12 vs 11  13 vs 12  13d vs 13");
+    cr_assert(road && strstr(table_line(road, "64  no ", line, sizeof line), " 4.00 ") && strstr(line, " 2.00 ") &&
+                  strstr(line, " 0.80"), "the road table:\n%s", bw);
+    cr_assert(strstr(table_line(strstr(alone, "== Stage 06 against the peers (FA2)"), "64 ", line, sizeof line), " 2.00"),
+              "06 against the forward's FA2 (1 / 0.5):\n%s", alone);
+    snprintf(rows, sizeof rows, "rm %s %s && rmdir %s", fwd, both, dir);
+    cr_assert_eq(run_cmd(rows, out, sizeof out), 0, "%s", out);
+}
+
+/* A backward stage's README table (report.sh stage) has vs 11, vs the stage before it (13d: 13) and the
+ * peers' backward; the top README's backward table (bcompact) the speedups over stage 11; a CSV with
+ * no backward row has no backward table (exit 3). A bwd row without TFLOP/s gets 2.5 times the
+ * forward's FLOPs over its time; a pass other than fwd or bwd is a malformed row; merge keeps the
+ * pass, and a CSV without the column merges as the forward's. */
+Test(bench, report_backward_stage_table_compact_and_merge) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", fwd[700], both[700], rows[4096], cmd[2048], line[512];
+    cr_assert_not_null(mkdtemp(dir));
+    write_csv_file(dir, "fwd.csv", FWD_ROWS, fwd, sizeof fwd);
+    snprintf(rows, sizeof rows, "%s%sg,d,c,12,sideways,1,2,64,64,0,fp16,ok,2,,0,0,0.001,pass,5,warm,,up\n", FWD_ROWS,
+             BWD_ROWS);
+    write_csv_file(dir, "both.csv", rows, both, sizeof both);
+    cr_assert_eq(report("stage", both, "13d"), 0, "%s", out);
+    cr_assert(strstr(out, "| vs 11 | vs 13 | extra mem | check | FA2 TFLOP/s | cuDNN TFLOP/s | vs FA2 | vs cuDNN |"), "%s",
+              out);
+    /* 13d: 1.25 ms; 6.40x stage 11; 13's time over its own 0.80; FA2 1.5 / 1.25, cuDNN 0.25 / 1.25 */
+    cr_assert(strstr(out, "| 64 | no | 64 | 1.250 | 0.00419 | 6.40x | 0.80 | 32.5 KiB | pass 1.0e-03 | 0.00350 | 0.021 | 1.20 | 0.20 |"),
+              "%s", out);
+    cr_assert(strstr(out, "skipped a malformed row"), "the pass 'up' was taken: %s", out);
+    cr_assert_eq(report("bcompact", both, ""), 0, "%s", out);
+    cr_assert(strstr(out, "**Backward TFLOP/s at N = 64**") && strstr(line_with(out, "| 12 backward_tiled |", line, sizeof line),
+                                                                      "0.00262 (4.00x)"), "%s", out);
+    cr_assert_null(strstr(out, "fa2_full"), "a forward row in the backward's table: %s", out);
+    cr_assert_eq(report("bcompact", fwd, ""), 3, "%s", out);
+    cr_assert_eq(out[0], '\0', "%s", out);
+    snprintf(cmd, sizeof cmd, "printf '%sg,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,,0,,,,5,warm,\\n' > %s/old.csv && "
+             "sh bench/report.sh merge %s/m.csv %s %s/old.csv && cat %s/m.csv", REPORT_HEADER, dir, dir, both, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    /* merged with the TFLOP/s derived: 2.5 x 2097152 / 1.25 ms backward, 2097152 / 1 ms forward; the four
+     * byte columns after pass stay empty for rows that had none */
+    cr_assert(strstr(out, ",13d,backward_fa2_deterministic,1,2,64,64,0,fp16,ok,1.25,0.0041943,") &&
+                  strstr(out, ",warm,,bwd,,,,\n") &&
+                  strstr(out, ",sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,0.00209715,0,,,,5,warm,,fwd,,,,\n"),
+              "%s", out);
+    snprintf(cmd, sizeof cmd, "rm %s %s %s/old.csv %s/m.csv && rmdir %s", fwd, both, dir, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
 }

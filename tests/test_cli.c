@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -71,6 +72,28 @@ Test(cli, numbers_are_strict_and_flags_come_once) {
     EXPECT_USAGE("--stage 01 --seq 8 --stage 02", "--stage given twice");
     EXPECT_USAGE("--stage 01 --causal --seq 8 --causal", "--causal given twice");
     cr_assert_eq(attn("--stage 01 --seq 12 --dim 8 --seed 3"), 0, "%s", out);
+}
+
+/* --scale is read as strictly as the integers: strtod alone took " 0.5" where --batch " 4" was
+ * refused, and "+0.5", "0x1p-3" and "0.5 " with its end pointer unchecked. Each refusal names the flag,
+ * what it takes and the value; the decimal forms still run. */
+Test(cli, scale_is_as_strict_as_the_integers) {
+    static const char *const refused[] = {" 0.5", "+0.5", "0.5 ", "0x1p-3", "inf",
+                                          "1e",   ".",    "-",    "1e5x",   ""};
+    for (unsigned i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char args[128], needle[64];
+        snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 --scale '%s'", refused[i]);
+        snprintf(needle, sizeof needle, "(got '%s')", refused[i]);
+        EXPECT_USAGE(args, "--scale must be a finite non-zero number in float32's normal range");
+        cr_assert(strstr(out, "written in decimal") && strstr(out, needle), "%s: %s", args, out);
+    }
+    static const char *const taken[] = {"-0.5", ".5", "5.", "1e-1", "1E+0", "0.125"};
+    for (unsigned i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        char args[128];
+        snprintf(args, sizeof args, "--stage 01 --seq 8 --dim 8 --check --scale %s", taken[i]);
+        cr_assert_eq(attn(args), 0, "%s: %s", args, out);
+        cr_assert(strstr(out, "PASS"), "%s: %s", args, out);
+    }
 }
 
 /* The count flags' ranges, at both ends: the largest value is accepted (the refusal that follows is
@@ -539,6 +562,59 @@ Test(cli, workshop_refuses_an_unknown_exercise) {
     cr_assert(strstr(out, "is a cpu exercise"), "%s", out);
 }
 
+/* The project inside another git work tree that ignores it (a tarball unpacked under a repository's
+ * ignored folder): the workshop runner asked git for the enclosing repository's files, got none of the
+ * project's, and every exercise said NOT CAUGHT (issue 58). From such a copy, with this build's CPU
+ * objects, one CPU exercise is caught. Skipped without build/nocuda (the CPU build the runner uses). */
+Test(cli, workshop_runs_inside_another_git_work_tree) {
+    struct stat sb;
+    if (stat("build/nocuda/attn", &sb) != 0) cr_skip_test("build/nocuda/attn is not built (make NO_CUDA=1)");
+    if (run_cmd("command -v git", out, sizeof out) != 0) cr_skip_test("git not found");
+    char top[] = "/tmp/attn-outer.XXXXXX", cmd[4096];
+    cr_assert_not_null(mkdtemp(top));
+    snprintf(cmd, sizeof cmd,
+             "set -e; git -C %s init -q; echo proj/ >%s/.gitignore; mkdir -p %s/proj/build/nocuda; "
+             "tar --exclude=./build --exclude=./.git -cf - . | tar -C %s/proj -xf -; "
+             "cp -a build/nocuda/obj build/nocuda/libattn.a build/nocuda/attn %s/proj/build/nocuda/; "
+             "cd %s/proj && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS bash workshop/run.sh cpu "
+             "workshop/04m-no-alpha.patch",
+             top, top, top, top, top, top);
+    const int rc = run_cmd(cmd, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", top);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "04m-no-alpha") && strstr(out, "FAIL as expected") &&
+                  strstr(out, "workshop (cpu): 1 of 1 exercises behaved as expected"),
+              "%s", out);
+}
+
+/* Two `make check` at once in one tree rebuilt and ran the same files under each other ("Text file busy")
+ * and shared the workshop's trees (exercises NOT CAUGHT) (issue 58). The first holds a lock on
+ * build/.check.lock; a second is refused at once, exit 2, naming the first. Here the lock is make
+ * check's own when this runs under it, else this test's; the second check is run with a time limit
+ * (one that was not refused ran on: exit 124) and skips this test in it (no recursion). */
+Test(cli, a_second_make_check_in_one_tree_is_refused) {
+    if (getenv("ATTN_NESTED_CHECK")) cr_skip_test("inside the check that this test started");
+    cr_assert(mkdir("build", 0777) == 0 || errno == EEXIST);
+    const int fd = open("build/.check.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    cr_assert_geq(fd, 0, "%s", strerror(errno));
+    const int mine = flock(fd, LOCK_EX | LOCK_NB) == 0; /* 0: make check holds it */
+    cr_assert(mine || errno == EWOULDBLOCK, "%s", strerror(errno));
+    if (mine) {
+        cr_assert_eq(ftruncate(fd, 0), 0);
+        cr_assert_gt(dprintf(fd, "pid %ld (the test cli::a_second_make_check_in_one_tree_is_refused)\n",
+                             (long)getpid()),
+                     0);
+    }
+    const int rc = run_cmd("env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS ATTN_NESTED_CHECK=1 timeout -k 5 30 make "
+                           "--no-print-directory NO_CUDA=1 WORKSHOP=0 check",
+                           out, sizeof out);
+    close(fd);
+    cr_assert_eq(rc, 2, "exit %d (124: the second check ran): %s", rc, out);
+    cr_assert(strstr(out, "check: another make check is running in this tree (pid "), "%s", out);
+    cr_assert_null(strstr(out, "=="), "the second check started: %s", out);
+}
+
 /* A FIFO among the inputs is refused at once; the timeout turns a hang into a failure. */
 Test(cli, load_refuses_a_fifo) {
     char dir[64], args[512], path[512];
@@ -971,6 +1047,35 @@ Test(cli, save_refuses_inputs_it_would_not_write) {
     EXPECT_USAGE(args, "/q.npy' holds inputs that this run does not write");
 }
 
+/* --save-inputs into the --load folder would replace float32 inputs with their float16 rounding
+ * (issue 58: it did, silently): refused before the run, and the files stay float32. float16 inputs
+ * are written back bit for bit, so that stays allowed; so does the same folder without --save-inputs. */
+Test(cli, save_inputs_never_rounds_the_load_folders_float32_inputs) {
+    char dir[64], args[512], path[512];
+    make_dir(dir, sizeof dir);
+    const int64_t shape[4] = {1, 2, 9, 8};
+    write_inputs(dir, NPY_F32, shape, shape, 0.0f);
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s --save-inputs", dir, dir);
+    EXPECT_USAGE(args, "q.npy, k.npy, v.npy held float32 values: --save-inputs would replace them");
+    cr_assert_null(strstr(out, "time "), "the stage ran before the refusal: %s", out);
+    static const char *const names[3] = {"q.npy", "k.npy", "v.npy"};
+    for (int i = 0; i < 3; i++) {
+        npy_array a;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+        cr_assert_eq(a.dtype, NPY_F32, "%s was rewritten as float16", names[i]);
+        npy_free(&a);
+    }
+    cr_assert(!file_exists(dir, "o.npy"), "results were saved although the run was refused");
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s --check", dir, dir);
+    cr_assert_eq(attn(args), 0, "without --save-inputs the folder's inputs stay: %s", out);
+    write_inputs(dir, NPY_F16, shape, shape, 0.0f);
+    snprintf(args, sizeof args, "--stage 01 --load %s --save %s --save-inputs --check", dir, dir);
+    cr_assert_eq(attn(args), 0, "float16 inputs are written back unchanged: %s", out);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_assert_eq(system(args), 0);
+}
+
 /* A signal while --save writes (here SIGINT as soon as q.npy's temporary file exists, which is after
  * the run, between the first create and the last rename) waits until the files are renamed: the
  * process then ends by that signal, and DIR holds the five whole files, no temporary one. The signal
@@ -1028,6 +1133,170 @@ Test(cli, save_past_a_file_size_limit_says_so) {
     cr_assert_eq(rc, 1, "exit status %d (153: killed by SIGXFSZ): %s", rc, out);
     cr_assert(strstr(out, "File too large (nothing was saved)"), "%s", out);
     expect_empty_dir(dir);
+}
+
+/* A child process that holds an flock on path (a file or a directory) for up to 60 s (until killed):
+ * another process's lock. Returns once the lock is held. */
+static pid_t hold_lock(const char *path) {
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        const int null = open("/dev/null", O_WRONLY), fd = open(path, O_RDONLY);
+        dup2(null, 1), dup2(null, 2); /* the test's output pipes are not held for a minute */
+        if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+        if (write(ready[1], "L", 1) != 1) _exit(1);
+        sleep(60);
+        _exit(0);
+    }
+    char c = 0;
+    close(ready[1]);
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the lock holder did not start");
+    close(ready[0]);
+    return pid;
+}
+
+/* Waits up to `seconds` for pid; 1 with *status set when it ended, else 0 (it is still running). */
+static int wait_for(pid_t pid, double seconds, int *status) {
+    for (int i = 0; i < (int)(seconds * 100); i++) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 1;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    return 0;
+}
+
+/* Another process holding an flock on the --save directory (issue 58): the commit waited for it in a
+ * blocking flock with the signals held, so a Ctrl-C did nothing until that process let go. Now a
+ * signal stops the wait at once (the process ends by it, nothing saved, no temporary left), and
+ * without one the run gives up after 10 s, saying why, exit 1. */
+Test(cli, save_into_a_locked_directory_stops_at_a_signal_or_gives_up) {
+    char dir[64], cmd[1024];
+    make_dir(dir, sizeof dir);
+    const pid_t holder = hold_lock(dir);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1), dup2(null, 2);
+        execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "2", "--seq", "9", "--dim",
+              "8", "--save", dir, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, ended = 0;
+    for (int i = 0; i < 3000 && !ended && count_tmp_files(dir) < 2; i++) /* o.npy's and lse.npy's: written */
+        ended = wait_for(pid, 0.01, &status);
+    if (!ended) kill(pid, SIGINT);
+    if (!ended) ended = wait_for(pid, 5, &status);
+    if (!ended) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    if (!ended) kill(holder, SIGKILL), waitpid(holder, NULL, 0);
+    cr_assert(ended && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+              "the run did not end by its SIGINT within 5 s while another process held the lock (status %#x)",
+              status);
+    cr_assert_eq(count_tmp_files(dir), 0, "temporaries left behind: %s", out);
+    cr_assert(!file_exists(dir, "o.npy"), "o.npy was saved although the run was stopped");
+
+    snprintf(
+        cmd, sizeof cmd,
+        "{ timeout -k 5 40 %s --stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s; echo \"exit $?\"; }",
+        attn_bin(), dir);
+    const time_t t0 = time(NULL);
+    run_cmd(cmd, out, sizeof out);
+    const long took = (long)(time(NULL) - t0);
+    kill(holder, SIGKILL), waitpid(holder, NULL, 0);
+    cr_assert(strstr(out, "exit 1\n"), "want exit 1 (124, 137: it waited for the lock): %s", out);
+    cr_assert(strstr(out, "busy: another process has held a lock (flock) on the directory for 10 s") &&
+                  strstr(out, "(nothing was saved)"),
+              "%s", out);
+    cr_assert(took >= 9 && took <= 20, "gave up after %ld s, want 10", took);
+    cr_assert_eq(count_tmp_files(dir), 0, "temporaries left behind: %s", out);
+    snprintf(cmd, sizeof cmd, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
+    cr_assert_eq(attn(cmd), 0, "the lock released, --save works: %s", out);
+}
+
+/* The path DIR/NAME.PID.0123456789ab.tmp, created as an empty file: a temporary named as npy.c names them. */
+static void plant_tmp(const char *dir, const char *name, long pid, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s.%ld.0123456789ab.tmp", dir, name, pid);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    fclose(f);
+}
+
+/* kill -9 during --save (or a crash) leaves the run's temporaries, up to gigabytes, and no later run
+ * removed them (issue 58). A later --save into DIR removes those whose process is gone and which no
+ * process holds a lock on; it keeps a live process's (its PID alive, or the file locked: a writer in
+ * another PID namespace) and names that are not its own. */
+Test(cli, save_removes_the_temporaries_of_runs_killed_mid_save) {
+    char dir[64], args[512], live[600], locked[600], other[600];
+    make_dir(dir, sizeof dir);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1), dup2(null, 2);
+        execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "16384", "--seq", "1",
+              "--dim", "256", "--save", dir, "--save-inputs", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, ended = 0;
+    for (int i = 0; i < 6000 && !ended && count_tmp_files(dir) < 3; i++) ended = wait_for(pid, 0.01, &status);
+    kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    const int left = count_tmp_files(dir);
+    cr_assert(!ended && left >= 3, "the run was not killed mid-save (%d temporaries, status %#x)", left,
+              status);
+    const pid_t gone = fork(); /* a PID whose process has ended */
+    cr_assert_geq(gone, 0);
+    if (gone == 0) _exit(0);
+    waitpid(gone, NULL, 0);
+    plant_tmp(dir, "o.npy", (long)getpid(), live, sizeof live);
+    plant_tmp(dir, "lse.npy", (long)gone, locked, sizeof locked);
+    plant_tmp(dir, "notes.txt", (long)gone, other, sizeof other);
+    const pid_t holder = hold_lock(locked);
+    snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 9 --dim 8 --save %s", dir);
+    const int rc = attn(args);
+    kill(holder, SIGKILL), waitpid(holder, NULL, 0);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "attn: note: --save: removed"), "no word of the removal: %s", out);
+    struct stat sb;
+    cr_assert(stat(live, &sb) == 0 && stat(locked, &sb) == 0 && stat(other, &sb) == 0,
+              "a live process's temporary, or another name, was removed");
+    cr_assert_eq(count_tmp_files(dir), 3, "the killed run's %d temporaries were not all removed", left);
+    cr_assert(file_exists(dir, "o.npy") && file_exists(dir, "lse.npy"));
+}
+
+/* The scripts of make check and make fuzz wrote their probe programs at /tmp/NAME-$$.c, a name anyone
+ * can plant a link at beforehand (the PID is the caller's, known to whoever starts it): as root, that
+ * wrote through the link into any file. Each script runs here as `exec` from a shell that planted links
+ * at its own PID's names first; CC=true and a probe compiler of `true` keep it to the file handling. */
+Test(cli, scripts_never_write_through_links_planted_in_tmp) {
+    static const struct {
+        const char *script, *names; /* PID: the script's */
+    } s[] = {
+        {"env CC=true sh tests/ensure-criterion.sh", "/tmp/attn-crit-PID.c /tmp/attn-crit-PID"},
+        {"sh tests/fuzz/run_fuzz.sh --probe true", "/tmp/attn-fuzz-probe-PID.c /tmp/attn-fuzz-probe-PID"}};
+    for (int i = 0; i < 2; i++) {
+        char dir[64], cmd[2048], victim[128];
+        make_dir(dir, sizeof dir);
+        snprintf(victim, sizeof victim, "%s/victim", dir);
+        FILE *f = fopen(victim, "w");
+        fputs("precious", f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd,
+                 "names='%s'; TMPDIR=/tmp sh -c 'for n in $(echo \"$0\" | sed \"s/PID/$$/g\"); do "
+                 "ln -sf %s $n || exit 9; done; echo $$ >%s/pid; exec %s' \"$names\"; rc=$?; "
+                 "rm -f $(echo \"$names\" | sed \"s/PID/$(cat %s/pid)/g\"); exit $rc",
+                 s[i].names, victim, dir, s[i].script, dir);
+        const int rc = run_cmd(cmd, out, sizeof out);
+        unsigned char *b;
+        size_t n;
+        read_file(dir, "victim", &b, &n);
+        cr_assert(n == 8 && !memcmp(b, "precious", 8),
+                  "%s wrote through a link planted in /tmp (exit %d): %.*s", s[i].script, rc, (int)n, b);
+        free(b);
+        cr_assert_eq(rc, 0, "%s: %s", s[i].script, out);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        cr_assert_eq(system(cmd), 0);
+    }
 }
 
 /* ---- what mutation testing found untested ------------------------------------------------------ */

@@ -114,14 +114,15 @@ Test(errors, every_shell_script_parses) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "tests/ensure-criterion.sh: %s", out);
 }
 
-/* Without Criterion and without apt-get (a PATH holding only rm and id, a compiler that fails), the
- * installer must say what to install and exit 1, not stop on a syntax error. */
+/* Without Criterion and without apt-get (a PATH holding only rm, id and mktemp, which makes the probe's
+ * private folder, a compiler that fails), the installer must say what to install and exit 1, not stop on
+ * a syntax error. */
 Test(errors, ensure_criterion_says_what_to_install) {
     char bin[64], cmd[4096];
     snprintf(bin, sizeof bin, "/tmp/attn-nocrit-XXXXXX");
     cr_assert_not_null(mkdtemp(bin));
     snprintf(cmd, sizeof cmd,
-             "for t in rm id; do ln -s \"$(command -v $t)\" %s/$t || exit 9; done; "
+             "for t in rm id mktemp; do ln -s \"$(command -v $t)\" %s/$t || exit 9; done; "
              "env PATH=%s CC=/bin/false /bin/sh '%s/tests/ensure-criterion.sh'",
              bin, bin, repo_root());
     int rc = run_cmd(cmd, out, sizeof out);
@@ -213,7 +214,7 @@ Test(faults, cpu_models_allocation_failure_exits_1) {
  * failed as ENOMEM, and B = 0 ran no head and returned OK. */
 Test(faults, stage01_bad_shape_is_einval) {
     const attn_problem bad[2] = {attn_problem_make(1, 1, -5, 64, 0), attn_problem_make(0, 1, 16, 64, 0)};
-    const attn_args a = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, NULL, NULL, NULL};
+    const attn_args a = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
     for (int i = 0; i < 2; i++) {
         attn_clear_error();
         cr_assert_eq(stage01_run(&bad[i], &a), ATTN_EINVAL, "problem %d: %s", i, attn_last_error());

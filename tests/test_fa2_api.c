@@ -176,6 +176,18 @@ Test(fa2_api, size_limits_are_exact) {
                    FA2_EINVAL, "B*H*N*D: overflows 64 bits");
 }
 
+/* What the libraries say when the runtime cannot answer about the pointers: "no CUDA device" where it
+ * finds no GPU or no driver (its own text then named a driver version and read as the reason: issue 58),
+ * else that it cannot ask. */
+static const char *no_answer_words(void) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    (void)cudaGetLastError();
+    return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver
+               ? "no CUDA device (no NVIDIA GPU or driver here, or a driver older than this CUDA runtime): "
+               : "cannot ask the CUDA runtime about the pointers (no usable device?): ";
+}
+
 /* Past the argument checks, what the pointers are: as for the stage libraries, without a usable GPU that
  * question has no answer, a CUDA-status refusal with the runtime's reason appended (not "q: ..."); with
  * one, these made-up addresses are no device memory. Neither branch skips. */
@@ -185,8 +197,8 @@ Test(fa2_api, fake_pointers_are_refused_for_what_they_are) {
     if (gpu) {
         EXPECT_REFUSAL(s, FA2_EINVAL, "q: ");
     } else {
-        EXPECT_REFUSAL(s, FA2_ECUDA, "cannot ask the CUDA runtime about the pointers (no usable device?): ");
-        cr_assert(strlen(strstr(fa2_last_error(), "?): ")) > 4, "no runtime reason: %s", fa2_last_error());
+        EXPECT_REFUSAL(s, FA2_ECUDA, no_answer_words());
+        cr_assert(strlen(strstr(fa2_last_error(), "): ")) > 3, "no runtime reason: %s", fa2_last_error());
     }
 }
 
@@ -446,7 +458,7 @@ Test(stage_lib_api, fake_pointers_are_refused_for_what_they_are) {
         if (gpu)
             EXPECT_LIB_REFUSAL(L, s, 1, "q: ");
         else
-            EXPECT_LIB_REFUSAL(L, s, 3, "cannot ask the CUDA runtime about the pointers");
+            EXPECT_LIB_REFUSAL(L, s, 3, no_answer_words());
     }
 }
 

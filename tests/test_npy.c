@@ -22,12 +22,14 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #ifdef __linux__
 #include <sys/syscall.h>
 #endif
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "half.h"
@@ -859,6 +861,109 @@ Test(npy, outputs_commit_as_a_pair_and_remove_stale_files) {
     remove(stale_path);
     remove(inner);
     rmdir(path);
+    close(dirfd);
+    tmpdir_remove(&t);
+}
+
+static int stop_now(void) { return SIGINT; }
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* A commit waits for the directory's lock at most the time given (it used to block in flock for as long
+ * as another holder kept it) and stops at once when stop() says so; either way the old file stays and
+ * the temporary goes. The lock here is this process's own, on another open of the directory: flock
+ * locks of two opens exclude each other as two processes' do. */
+Test(npy, commit_waits_for_a_held_lock_with_a_limit) {
+    tmpdir t;
+    tmpdir_make(&t);
+    char path[8300];
+    snprintf(path, sizeof path, "%s/o.npy", t.path);
+    const uint16_t old[2] = {1, 2}, h[2] = {3, 4};
+    cr_assert_eq(npy_write(path, NPY_F16, 1, (int64_t[]){2}, old), ATTN_OK, "%s", attn_last_error());
+    const int lockfd = open(t.path, O_RDONLY | O_DIRECTORY), dirfd = open(t.path, O_RDONLY | O_DIRECTORY);
+    cr_assert(lockfd >= 0 && dirfd >= 0 && flock(lockfd, LOCK_EX) == 0);
+    for (int stop = 0; stop < 2; stop++) {
+        npy_out o;
+        cr_assert_eq(npy_out_create(&o, dirfd, t.path, "o.npy"), ATTN_OK, "%s", attn_last_error());
+        cr_assert_eq(npy_out_write(&o, NPY_F16, 1, (int64_t[]){2}, h), ATTN_OK, "%s", attn_last_error());
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const attn_status st = npy_out_commit_wait(&o, 1, NULL, 0, stop ? 60000 : 300, stop ? stop_now : NULL);
+        const double took = seconds_since(&t0);
+        npy_out_discard(&o);
+        cr_assert_eq(st, ATTN_EIO);
+        cr_assert_not_null(strstr(attn_last_error(), stop ? "interrupted while waiting for another process's lock"
+                                                          : "busy: another process has held a lock (flock) on "
+                                                            "the directory for 0.3 s"),
+                           "%s", attn_last_error());
+        cr_assert(stop ? took < 1 : took >= 0.3 && took < 5, "gave up after %.2f s", took);
+        npy_array a;
+        cr_assert_eq(npy_read(path, &a), ATTN_OK, "%s", attn_last_error());
+        cr_assert(a.count == 2 && !memcmp(a.data, old, sizeof old), "the old o.npy was changed");
+        npy_free(&a);
+        cr_assert_eq(dir_entries(t.path), 1, "the temporary was left behind");
+    }
+    cr_assert_eq(flock(lockfd, LOCK_UN), 0);
+    cr_assert_eq(npy_write(path, NPY_F16, 1, (int64_t[]){2}, h), ATTN_OK, "unlocked: %s", attn_last_error());
+    close(lockfd), close(dirfd);
+    tmpdir_remove(&t);
+}
+
+/* DIR/ENTRY as an empty file (or a FIFO). */
+static void plant(const tmpdir *t, const char *entry, int fifo) {
+    char path[8400];
+    snprintf(path, sizeof path, "%s/%s", t->path, entry);
+    if (fifo) cr_assert_eq(mkfifo(path, 0600), 0, "%s", path);
+    else spit(path, "", 0);
+}
+
+/* npy_out_sweep removes the temporaries of ended processes (kill -9 left them, and nothing ever did)
+ * and nothing else: not a live writer's (its PID, or its lock: a writer of another PID namespace), not
+ * a FIFO or a name of another form, not another output's; and nothing at all while another process
+ * holds the directory's lock (a commit's backup links are live then). */
+Test(npy, sweep_removes_only_what_ended_runs_left) {
+    tmpdir t;
+    tmpdir_make(&t);
+    const pid_t gone = fork(); /* a PID whose process has ended */
+    cr_assert_geq(gone, 0);
+    if (gone == 0) _exit(0);
+    waitpid(gone, NULL, 0);
+    char dead[300], fifo[300], short_hex[300], other[300], path[8400];
+    snprintf(dead, sizeof dead, "o.npy.%ld.0123456789ab.tmp", (long)gone);
+    snprintf(fifo, sizeof fifo, "lse.npy.%ld.0123456789ab.tmp", (long)gone);
+    snprintf(short_hex, sizeof short_hex, "o.npy.%ld.0123456789a.tmp", (long)gone);
+    snprintf(other, sizeof other, "x.npy.%ld.0123456789ab.tmp", (long)gone);
+    plant(&t, dead, 0), plant(&t, fifo, 1), plant(&t, short_hex, 0), plant(&t, other, 0);
+    const int dirfd = open(t.path, O_RDONLY | O_DIRECTORY);
+    cr_assert_geq(dirfd, 0);
+    npy_out live, locked;
+    cr_assert_eq(npy_out_create(&live, dirfd, t.path, "o.npy"), ATTN_OK, "%s", attn_last_error());
+    cr_assert_eq(npy_out_write(&live, NPY_F16, 1, (int64_t[]){1}, (uint16_t[]){1}), ATTN_OK);
+    cr_assert_eq(npy_out_create(&locked, dirfd, t.path, "lse.npy"), ATTN_OK, "%s", attn_last_error());
+    char renamed[300]; /* the locked one under a dead PID's name: a live writer its PID does not show */
+    snprintf(renamed, sizeof renamed, "lse.npy.%ld.00000000000a.tmp", (long)gone);
+    cr_assert_eq(renameat(dirfd, locked.tmp, dirfd, renamed), 0);
+    static const char *const names[2] = {"o.npy", "lse.npy"};
+    const int lockfd = open(t.path, O_RDONLY | O_DIRECTORY);
+    cr_assert(lockfd >= 0 && flock(lockfd, LOCK_EX) == 0);
+    cr_assert_eq(npy_out_sweep(dirfd, names, 2), 0, "it swept while another held the directory's lock");
+    cr_assert(exists_in(t.path, dead));
+    cr_assert_eq(flock(lockfd, LOCK_UN), 0);
+    close(lockfd);
+    cr_assert_eq(npy_out_sweep(dirfd, names, 2), 1, "only the dead writer's regular file goes");
+    cr_assert(!exists_in(t.path, dead), "the dead run's temporary stayed");
+    cr_assert(exists_in(t.path, fifo) && exists_in(t.path, short_hex) && exists_in(t.path, other) &&
+              exists_in(t.path, renamed) && exists_in(t.path, live.tmp));
+    cr_assert_eq(npy_out_commit(&live, 1, NULL, 0), ATTN_OK, "%s", attn_last_error());
+    cr_assert(exists_in(t.path, "o.npy"));
+    npy_out_discard(&live), npy_out_discard(&locked); /* locked's own name is gone: its lock goes */
+    cr_assert_eq(npy_out_sweep(dirfd, names, 2), 1, "let go, the renamed one is an ended run's");
+    snprintf(path, sizeof path, "%s/%s", t.path, fifo);
+    remove(path);
     close(dirfd);
     tmpdir_remove(&t);
 }

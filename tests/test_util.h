@@ -51,10 +51,25 @@ static inline int run_cmd(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* `bin args`, run as run_cmd runs it. */
+/* s as one shell word, into buf (cap bytes): in single quotes, each quote in it as '\'' . A command
+ * built with a path unquoted broke where the checkout's path held a space (issue 58). */
+static inline const char *sh_word(const char *s, char *buf, size_t cap) {
+    size_t k = 0;
+    if (cap < 3) return "''";
+    buf[k++] = '\'';
+    for (; *s && k + 6 < cap; s++) {
+        if (*s == '\'') memcpy(buf + k, "'\\''", 4), k += 4;
+        else buf[k++] = *s;
+    }
+    buf[k++] = '\'';
+    buf[k] = '\0';
+    return buf;
+}
+
+/* `bin args`, run as run_cmd runs it (bin one word, whatever it holds). */
 static inline int run_bin(const char *bin, const char *args, char *out, size_t cap) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+    char cmd[4096], word[2048];
+    snprintf(cmd, sizeof cmd, "%s %s", sh_word(bin, word, sizeof word), args);
     return run_cmd(cmd, out, cap);
 }
 

@@ -29,13 +29,28 @@ WORKSHOP ?= 1
 
 include tests/mutants/mutants.mk
 
-.PHONY: check test-bin
+.PHONY: check check-body test-bin
 $(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h $(TEST_CU_OBJ) $(LIB) $(ATTN)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(TEST_SRC) $(TEST_CU_OBJ) $(LIB) $(CRITERION_LIBS) $(LDLIBS) -o $@
 
 test-bin: $(TEST_BIN)
 
+# One make check at a time in a tree: two at once relinked and ran the same programs under each other
+# ("Text file busy") and built the workshop's broken trees in the same folders (exercises NOT CAUGHT).
+# make check holds an flock on build/.check.lock (whatever BUILD is: the workshop's trees and
+# build/nocuda are the tree's) on fd 9, which everything it runs inherits; a second is refused at once,
+# naming the first. Without flock(1) (util-linux) the check runs unlocked, as before.
+CHECK_LOCK := build/.check.lock
 check:
+	@mkdir -p $(dir $(CHECK_LOCK)); exec 9>>$(CHECK_LOCK); \
+	 if command -v flock >/dev/null 2>&1 && ! flock -n 9; then \
+	   echo "check: another make check is running in this tree ($$(cat $(CHECK_LOCK)); $(CHECK_LOCK)): two at" \
+	     "once break each other's builds and workshop trees; wait for it to end" >&2; exit 2; fi; \
+	 echo "pid $$$$, since $$(date '+%F %T')" >$(CHECK_LOCK); \
+	 $(MAKE) --no-print-directory check-body
+
+# The body of make check, run under its lock.
+check-body:
 	@sh tests/ensure-criterion.sh
 	@$(MAKE) --no-print-directory $(ATTN) $(TEST_BIN) $(BENCH_BIN)
 ifeq ($(HAVE_CUDA),)

@@ -3,6 +3,9 @@
 #   make fa2-sass         ptxas registers / spills / stack for every kernel of stage 06 and of its road at
 #                         sm_80 and sm_90 (build/fa2_ptxas.txt; exit 1 on any spill), and instruction counts
 #                         from the SASS when cuobjdump is found (build/fa2.sass)
+#   make diff A=03m B=04m the code of two stages (or road steps) side by side, without their header comments
+#   python3 tools/ncu_bytes.py   on a GPU with Nsight Compute: the bytes model of stages 02, 03, 06, 09 against
+#                         ncu's DRAM and L2 counters (the pending table of README.md, "Bytes moved")
 
 SASS_STAGE_DIR := 06_fa2_full
 
@@ -32,3 +35,10 @@ fa2-sass:
 	@echo "$@: needs the CUDA build (nvcc not found, or NO_CUDA=1)" >&2; exit 1
 
 endif
+
+# make diff A=03m B=04m: the code of two stages or road steps side by side, their header comments left
+# out (tools/stage_diff.sh; each stage's file is the registry's `source`, build/attn --source ID).
+.PHONY: diff
+diff: $(ATTN)
+	@[ -n "$(A)" ] && [ -n "$(B)" ] || { echo "diff: name two stages: make diff A=03m B=04m" >&2; exit 2; }
+	@ATTN=$(ATTN) sh tools/stage_diff.sh $(A) $(B)

@@ -47,11 +47,15 @@ else build=${WS_CUDA_BUILD:-build}; mkargs="BUILD=$build ${WS_MAKEFLAGS:-}"; fi
 attn=$build/attn
 [ -x "$attn" ] || { echo "workshop: $attn is missing: build it first (make workshop-check does)" >&2; exit 2; }
 
-# The pristine tree: tracked and untracked-but-not-ignored files, mtimes kept.
+# The pristine tree: tracked and untracked-but-not-ignored files, mtimes kept. git lists them only when
+# this folder is its work tree's top: inside another repository's work tree (a tarball unpacked in a
+# folder that repository ignores) git answered for that repository, listed nothing of the project, and
+# every exercise said NOT CAUGHT; then the whole folder is copied, as where there is no git.
 copy_tree() {
-    local dst=$1
+    local dst=$1 top
     mkdir -p "$dst"
-    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    top=$(git rev-parse --show-toplevel 2>/dev/null) || top=
+    if [ -n "$top" ] && [ "$(cd "$top" && pwd -P)" = "$(pwd -P)" ]; then
         git ls-files -z --cached --others --exclude-standard | xargs -0 cp -p --parents -t "$dst" 2>/dev/null
     else
         tar --exclude=./build --exclude=./.git -cf - . | tar -C "$dst" -xf -
@@ -71,7 +75,7 @@ apply_patch() { # dir patch
 # A line from the check's output, shortened: "max abs error 3.1e-01", "LSE max error ..."
 summary() {
     local out=$1 s
-    s=$(printf '%s\n' "$out" | sed -n 's/^  max abs error *- .*/no element of O finite/p; t; s/^  max abs error *\([^ ]*\).*/max abs err \1/p; s/^  LSE max error *\([^ ]*\) (err\/tol \([^)]*\)).*/LSE err \1 (err\/tol \2)/p; s/^  never written *\(.*\) (they still.*/never written: \1/p; s/^  non-finite *\(.*\) written as NaN or inf/non-finite: \1/p' | paste -sd ';' -)
+    s=$(printf '%s\n' "$out" | sed -n 's/^  max abs error *- .*/no element of O finite/p; t; s/^  max abs error *\([^ ]*\).*/max abs err \1/p; s/^  LSE max error *\([^ ]*\) (err\/tol \([^)]*\)).*/LSE err \1 (err\/tol \2)/p; s/^  never written *\(.*\) (they still.*/never written: \1/p; s/^  non-finite *\(.*\) written as NaN or inf/non-finite: \1/p; s/^  \(d[QKV]\)  max abs error \([^ ]*\).*(err\/tol \([^)]*\)).*/\1 err\/tol \3/p' | paste -sd ';' -)
     [ -n "$s" ] || s=$(printf '%s\n' "$out" | tail -n 1)
     printf '%s' "$s" | sed 's/;/; /g'
 }

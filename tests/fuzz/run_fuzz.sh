@@ -18,13 +18,17 @@ if [ "${1:-}" = "--probe" ]; then
         echo "  sudo apt-get install -y clang libclang-rt-dev" >&2
         exit 1
     fi
-    t=${TMPDIR:-/tmp}/attn-fuzz-probe-$$
+    # a new private directory (mktemp -d): at the old $TMPDIR/attn-fuzz-probe-$$.c, a name known before
+    # the run, a link planted there was written through
+    d=$(mktemp -d "${TMPDIR:-/tmp}/attn-fuzz-probe.XXXXXX") ||
+        { echo "error: cannot create a temporary directory in ${TMPDIR:-/tmp} for the probe" >&2; exit 1; }
+    t=$d/probe
     printf '#include <stdint.h>\n#include <stddef.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$t.c"
     if "$cc" -fsanitize=fuzzer,address,undefined "$t.c" -o "$t" >/dev/null 2>&1; then
-        rm -f "$t.c" "$t"
+        rm -rf "$d"
         exit 0
     fi
-    rm -f "$t.c" "$t"
+    rm -rf "$d"
     major=$("$cc" --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -n 1)
     echo "error: $cc cannot link -fsanitize=fuzzer: clang's runtime (compiler-rt) is missing. Install it with:" >&2
     echo "  sudo apt-get install -y clang libclang-rt-${major:-14}-dev" >&2
