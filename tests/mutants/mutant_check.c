@@ -72,7 +72,7 @@ static int forward(const attn_stage *s, const attn_inputs *in) {
     attn_status st = o && lse ? ATTN_OK : attn_fail(ATTN_ENOMEM, "no memory for O and LSE");
     if (st == ATTN_OK) {
         memset(o, 0xff, (size_t)attn_qkv_elems(p) * 2), memset(lse, 0xff, (size_t)attn_rows(p) * 4);
-        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL};
+        const attn_args a = {.q = in->q, .k = in->k, .v = in->v, .o = o, .lse = lse, .gpus = 1};
         st = s->run(p, &a);
     }
     tm[1] = now_s();
@@ -102,12 +102,21 @@ static int backward(const attn_stage *s, const attn_inputs *in) {
     attn_status st =
         o && dq && dk && dv && lse ? ATTN_OK : attn_fail(ATTN_ENOMEM, "no memory for the outputs");
     if (st == ATTN_OK) {
-        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL};
+        const attn_args a = {.q = in->q, .k = in->k, .v = in->v, .o = o, .lse = lse, .gpus = 1};
         st = f->run(p, &a);
     }
     if (st == ATTN_OK) {
         memset(dq, 0xff, bytes), memset(dk, 0xff, bytes), memset(dv, 0xff, bytes);
-        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, in->d_o, dq, dk, dv};
+        const attn_args a = {.q = in->q,
+                             .k = in->k,
+                             .v = in->v,
+                             .o = o,
+                             .lse = lse,
+                             .gpus = 1,
+                             .d_o = in->d_o,
+                             .dq = dq,
+                             .dk = dk,
+                             .dv = dv};
         st = s->run(p, &a);
     }
     tm[1] = now_s();
