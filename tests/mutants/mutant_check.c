@@ -3,15 +3,16 @@
  * with one model's object file (patched with a mutant, or pristine) ahead of build/.../libattn.a, so
  * that the registry's entry for that model runs the object given here.
  *
- *   mutant_check --stage ID --seq N [--causal] [--init KIND] [--rows all|ends]
+ *   mutant_check --stage ID --seq N [--causal] [--init KIND] [--rows all|ends|ends:K]
  *
  * B = H = 1, D = 64, fp16, the inputs of `build/attn --seed 1` (dO too, for a backward stage).
  * A forward stage: O and LSE poisoned, the stage run once, then attn_check_output, the function
  * `build/attn --check` calls, on the rows --rows names:
  *   all   the rows --check takes (attn_sample_rows: every row up to 2^31 reference multiply-adds);
- *   ends  rows 0..255, the 256 around N/2 and the last 256 (all of them when N <= 768): the row
+ *   ends  rows 0..255, 256 from N/2 on and the last 256 (all of them when N <= 768): the row
  *         tiles holding them are the only ones a model compiled with tests/mutants/shadow/ computes,
- *         so that N = 16385 costs 768 rows instead of 16385 (run.sh says why).
+ *         so that N = 16385 costs 768 rows instead of 16385 (run.sh says why);
+ *   ends:K  the same with K rows at each place: K = 8 at N = 2^20 + 1 costs 4 row tiles of 06m.
  * A backward stage: stage 06m (the pristine one in the library) writes O and LSE, the stage runs once,
  * then attn_check_grads, as `build/attn --check` calls it for the gradients.
  * Prints one line, "ID N=...: O err/tol ..., LSE err/tol ...: PASS" (or dQ, dK, dV for a backward
@@ -24,7 +25,7 @@
 
 #include "harness.h"
 
-#define ENDS 256 /* rows at each end and around the middle for --rows ends */
+static int64_t ends = 256; /* rows at each end and from the middle for --rows ends (ends:K: K) */
 
 static int64_t seq_n = 0; /* the run's N, for mutant_wants_rows */
 
@@ -38,15 +39,15 @@ static double now_s(void) {
  * checks? (Only models compiled with the shadow ask; for --rows all every tile does.) */
 static int rows_all = 1;
 int mutant_wants_rows(int64_t first, int64_t end) {
-    if (rows_all || seq_n <= 3 * ENDS) return 1;
-    const int64_t mid = seq_n / 2 - ENDS / 2;
-    return first < ENDS || (first < mid + ENDS && end > mid) || end > seq_n - ENDS;
+    if (rows_all || seq_n <= 3 * ends) return 1;
+    const int64_t mid = seq_n / 2;
+    return first < ends || (first < mid + ends && end > mid) || end > seq_n - ends;
 }
 
 static int usage(const char *why) {
     fprintf(stderr,
             "mutant_check: %s\nusage: mutant_check --stage ID --seq N [--causal] [--init KIND] "
-            "[--rows all|ends]\n",
+            "[--rows all|ends|ends:K]\n",
             why);
     return 2;
 }
@@ -145,8 +146,14 @@ int main(int argc, char **argv) {
             id = v, i++;
         else if (!strcmp(a, "--seq"))
             seq_n = strtoll(v, NULL, 10), i++;
-        else if (!strcmp(a, "--rows") && (!strcmp(v, "all") || !strcmp(v, "ends")))
-            rows_all = !strcmp(v, "all"), i++;
+        else if (!strcmp(a, "--rows") && !strcmp(v, "all"))
+            rows_all = 1, i++;
+        else if (!strcmp(a, "--rows") && !strncmp(v, "ends", 4)) {
+            char *end = NULL;
+            ends = v[4] == ':' ? strtoll(v + 5, &end, 10) : 256;
+            if (v[4] && (v[4] != ':' || *end || ends < 1)) return usage("--rows ends:K needs K >= 1");
+            rows_all = 0, i++;
+        }
         else if (!strcmp(a, "--init")) {
             while (init <= ATTN_INIT_RISING && strcmp(v, attn_init_name((attn_init)init))) init++;
             if (init > ATTN_INIT_RISING) return usage("no such --init");
