@@ -153,8 +153,7 @@ int main(int argc, char **argv) {
             ends = v[4] == ':' ? strtoll(v + 5, &end, 10) : 256;
             if (v[4] && (v[4] != ':' || *end || ends < 1)) return usage("--rows ends:K needs K >= 1");
             rows_all = 0, i++;
-        }
-        else if (!strcmp(a, "--init")) {
+        } else if (!strcmp(a, "--init")) {
             while (init <= ATTN_INIT_RISING && strcmp(v, attn_init_name((attn_init)init))) init++;
             if (init > ATTN_INIT_RISING) return usage("no such --init");
             i++;
