@@ -3,6 +3,7 @@
  * and the fp16/bf16 conversions both rest on. Stage 01 and the reference, written apart, are checked
  * against each other, and stage 01 against properties that need no reference at all.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -542,3 +543,37 @@ Test(check, large_scores_pass_every_cpu_stage) {
 }
 
 Test(check, default_scale_passes_every_cpu_stage) { correct_stages_pass(0.0f); }
+
+/* The largest |scale| attn_inputs_check_scale takes for these inputs, less 2^-10 of it: the bound
+ * |scale| log2(e) D max|q| max|k| <= 2^24 (stages 03-05's |scale| log2(e) max|q| <= 2^120 is far
+ * looser). */
+static float largest_scale(const attn_inputs *in) {
+    const int64_t n = attn_qkv_elems(&in->p);
+    double qmax = 0.0, kmax = 0.0;
+    for (int64_t e = 0; e < n; e++) {
+        qmax = fmax(qmax, fabs((double)attn_to_f32(in->q[e], in->p.dtype)));
+        kmax = fmax(kmax, fabs((double)attn_to_f32(in->k[e], in->p.dtype)));
+    }
+    return (float)(ATTN_MAX_SCORE_LOG2 / (1.4426950408889634 * (double)in->p.D * qmax * kmax) * (1.0 - 0x1p-10));
+}
+
+/* Issue 58: a correct stage passes at every scale the suite accepts, and at the smallest N. Stage 01
+ * and the CPU models, each dtype, causal and not, at N = 1, 2, 17 and 300, with |scale| = FLT_MIN (the
+ * smallest --scale takes: every score about 0, O the mean of V), the default 1/8 and the largest the
+ * inputs take (scores up to 2^24 / log2(e), one key per row all but alone), each with either sign. */
+Test(check, extreme_scales_and_small_n_pass_every_cpu_stage) {
+    static const char *ids[] = {"01", "03m", "04m", "05m", "06m"};
+    static const int64_t Ns[] = {1, 2, 17, 300};
+    for (int s = 0; s < (int)(sizeof ids / sizeof ids[0]); s++)
+        for (int t = 0; t <= ATTN_BF16; t++)
+            for (int n = 0; n < 4 && (attn_find_stage(ids[s])->dtypes & ATTN_DTYPE_BIT(t)); n++)
+                for (int causal = 0; causal <= 1; causal++) {
+                    attn_inputs in;
+                    scaled_inputs(&in, Ns[n], causal, (attn_dtype)t, 0.0f);
+                    const float scales[] = {FLT_MIN, 0.125f, largest_scale(&in)};
+                    attn_inputs_free(&in);
+                    for (int k = 0; k < 6; k++) /* N = 300 at the default scale: the tests above */
+                        if (Ns[n] < 300 || k / 2 != 1)
+                            stage_passes(ids[s], (attn_dtype)t, Ns[n], causal, k % 2 ? -scales[k / 2] : scales[k / 2]);
+                }
+}
