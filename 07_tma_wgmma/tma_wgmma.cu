@@ -64,8 +64,8 @@ static __host__ __device__ constexpr int smem_bytes(int d) {
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
-    uint32_t q, k, v;                /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
-    uint32_t q_full, k_full, v_full; /* mbarriers; k_full of buffer s at k_full + 8 s */
+    uint32_t q, k, v;                  /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    hop_ring_bars q_bar, k_bar, v_bar; /* full barriers only (hopper_pipeline.cuh): no empty ones here */
 } smem_layout;
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
@@ -74,23 +74,24 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
     s.q = base;
     s.k = s.q + hop_tile_bytes(BR, D);
     s.v = s.k + STAGES * KV;
-    s.q_full = s.v + STAGES * KV;
-    s.k_full = s.q_full + 8;
-    s.v_full = s.k_full + 8 * STAGES;
+    s.q_bar.full = s.v + STAGES * KV;
+    s.k_bar.full = s.q_bar.full + 8;
+    s.v_bar.full = s.k_bar.full + 8 * STAGES;
+    s.q_bar.empty = s.k_bar.empty = s.v_bar.empty = 0;
     return s;
 }
 
-/* K_j and V_j into ring buffer `buf`, each on its own barrier: S = Q K^T can start before V lands. */
+/* K_j and V_j into their ring slot, each on its own barrier: S = Q K^T can start before V lands. */
 template <int D>
-static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const smem_layout *sm, int buf,
-                                               int j, int bh) {
+static __device__ __forceinline__ void load_kv(const hop_attn_params *p, const smem_layout *sm,
+                                               hop_ring_state st, int j, int bh) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D);
-    hop_load_tile<D>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, BC, j * BC, bh);
-    hop_load_tile<D>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, BC, j * BC, bh);
+    hop_load_tile<D>(sm->k + st.index * KV, &p->k_map, hop_ring_full(sm->k_bar, st), BC, j * BC, bh);
+    hop_load_tile<D>(sm->v + st.index * KV, &p->v_map, hop_ring_full(sm->v_bar, st), BC, j * BC, bh);
 }
 
 /*
- * One key tile (the it-th visited, tile j, ring buffer it % stages), for one warpgroup: wait for K_j,
+ * One key tile (the it-th visited, tile j, in ring slot hop_ring_at(it)), for one warpgroup: wait for K_j,
  * S = Q K^T, mask (MASK tiles only), online softmax, O *= alpha, wait for V_j, O += P V. Each wgmma
  * batch is waited for at once: the tensor cores idle while the softmax runs (stage 09's subject).
  * Then every thread of the block is done with the buffer, and thread 0 refills it with the tile
@@ -101,26 +102,26 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
                                                 hop_rows<D> *r, int it, int j, int row0, int bh,
                                                 int n_tiles) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D);
-    const int buf = it % STAGES;
-    const uint32_t parity = (uint32_t)((it / STAGES) & 1);
+    const hop_ring_state st = hop_ring_at<STAGES>(it);
     float s[BC / 2], alpha[2];
     uint32_t pf[BC / 16][4];
 
-    hop_mbar_wait(sm->k_full + 8 * buf, parity);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + (threadIdx.x >> 7) * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_ring_wait_full(sm->k_bar, st);
+    hop_issue_s<BF16, D, BR, BC>(s, sm->q + (threadIdx.x >> 7) * 64 * 128, sm->k + st.index * KV,
+                                 p->negate_q);
     hop_wgmma_wait<0>();
     hop_settle(s);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pf);
     hop_rescale_o<D>(r->o, alpha);
-    hop_mbar_wait(sm->v_full + 8 * buf, parity);
-    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + buf * KV);
+    hop_ring_wait_full(sm->v_bar, st);
+    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + st.index * KV);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
 
     __syncthreads(); /* both warpgroups are done with K_j and V_j */
-    if (threadIdx.x == 0 && it + STAGES < n_tiles) load_kv<D>(p, sm, buf, j - STAGES, bh);
+    if (threadIdx.x == 0 && it + STAGES < n_tiles) load_kv<D>(p, sm, st, j - STAGES, bh); /* into st's slot */
 }
 
 extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -137,24 +138,17 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p.n);
     const int j0 = kr.n_tiles - 1; /* visited from the last tile down: the masked ones come first */
 
+    hop_pipeline_init<STAGES, 0>(sm.q_bar, 0, sm.k_bar, sm.v_bar, 0);
     if (threadIdx.x == 0) {
-        hop_mbar_init(sm.q_full, 1);
-        for (int s = 0; s < STAGES; ++s) {
-            hop_mbar_init(sm.k_full + 8 * s, 1);
-            hop_mbar_init(sm.v_full + 8 * s, 1);
-        }
-        hop_fence_barrier_init();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        hop_load_tile<D>(sm.q, &p.q_map, sm.q_full, BR, q0, (int)bh);
-        for (int s = 0; s < STAGES && s < kr.n_tiles; ++s) load_kv<D>(&p, &sm, s, j0 - s, (int)bh);
+        hop_load_tile<D>(sm.q, &p.q_map, hop_ring_full(sm.q_bar, hop_ring_at<1>(0)), BR, q0, (int)bh);
+        for (int t = 0; t < STAGES && t < kr.n_tiles; ++t)
+            load_kv<D>(&p, &sm, hop_ring_at<STAGES>(t), j0 - t, (int)bh);
     }
 
     hop_rows<D> r;
     hop_rows_init<D>(&r);
     const int row0 = q0 + hop_thread_row((int)(threadIdx.x >> 7));
-    hop_mbar_wait(sm.q_full, 0);
+    hop_ring_wait_full(sm.q_bar, hop_ring_at<1>(0));
     int it = 0, j = j0;
     for (; j >= kr.n_plain; --j, ++it)
         key_tile<BF16, D, CAUSAL, 1>(&p, &sm, &r, it, j, row0, (int)bh, kr.n_tiles);

@@ -92,9 +92,10 @@ static __host__ __device__ constexpr int smem_bytes(int d) {
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
-    uint32_t q, k, v;                /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
-    uint32_t q_full, k_full, v_full; /* written by the copy engine; buffer s's at + 8 s */
-    uint32_t k_empty, v_empty;       /* read by every consumer thread (pairs: warp, of both blocks) */
+    uint32_t q, k, v; /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    /* full: written by the copy engine; empty: read by every consumer thread (pairs: warp, of both
+     * blocks); Q's has no empty barrier, it is loaded once (hopper_pipeline.cuh) */
+    hop_ring_bars q_bar, k_bar, v_bar;
 } smem_layout;
 
 template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
@@ -103,11 +104,12 @@ template <int D> static __device__ __forceinline__ smem_layout smem_map(uint32_t
     s.q = base;
     s.k = s.q + hop_tile_bytes(BR, D);
     s.v = s.k + S * KV;
-    s.q_full = s.v + S * KV;
-    s.k_full = s.q_full + 8;
-    s.v_full = s.k_full + 8 * S;
-    s.k_empty = s.v_full + 8 * S;
-    s.v_empty = s.k_empty + 8 * S;
+    s.q_bar.full = s.v + S * KV;
+    s.k_bar.full = s.q_bar.full + 8;
+    s.v_bar.full = s.k_bar.full + 8 * S;
+    s.k_bar.empty = s.v_bar.full + 8 * S;
+    s.v_bar.empty = s.k_bar.empty + 8 * S;
+    s.q_bar.empty = 0;
     return s;
 }
 
@@ -124,31 +126,32 @@ static __device__ __forceinline__ int tile_at(int it, int shared) {
 template <int D>
 static __device__ __forceinline__ void wait_pair_released(const smem_layout *sm, int shared) {
     constexpr int S = stages_for(D);
-    for (int b = 0; b < S && b < shared; ++b) { /* buffer b's last shared tile: b + S u, u its use */
-        const uint32_t parity = (uint32_t)(((shared - 1 - b) / S) & 1);
-        hop_mbar_wait(sm->k_empty + 8 * b, parity);
-        hop_mbar_wait(sm->v_empty + 8 * b, parity);
+    for (int b = 0; b < S && b < shared; ++b) { /* buffer b's last shared tile */
+        const hop_ring_state st = hop_ring_last_use<S>(b, shared);
+        hop_ring_wait_released(sm->k_bar, st);
+        hop_ring_wait_released(sm->v_bar, st);
     }
 }
 
 /*
  * The producer (one thread): Q, then K_j and V_j for every tile the row block visits, in visiting
- * order. Use u of buffer b (the u-th time it is filled) first waits until the consumers have released
- * use u-1: the empty barrier's phase u-1 has completed, parity (u - 1) & 1.
+ * order. Each use of a buffer but the first waits until the consumers have released the one before
+ * (hop_ring_wait_empty).
  */
 template <int D, int PAIR>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm, int q0,
                                                int n_tiles, int shared, int bh, unsigned rank) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
+    hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, hop_ring_at<1>(0)), BR, q0, bh);
     for (int it = 0; it < n_tiles; ++it) {
-        const int buf = it % S, use = it / S, j = tile_at(it, shared);
-        if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (uint32_t)((use - 1) & 1));
-        hop_load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh, rank,
-                                      it < shared);
-        if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (uint32_t)((use - 1) & 1));
-        hop_load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh, rank,
-                                      it < shared);
+        const hop_ring_state st = hop_ring_at<S>(it);
+        const int j = tile_at(it, shared);
+        hop_ring_wait_empty(sm->k_bar, st);
+        hop_load_kv_tile<D, BC, PAIR>(sm->k + st.index * KV, &p->k_map, hop_ring_full(sm->k_bar, st), j * BC,
+                                      bh, rank, it < shared);
+        hop_ring_wait_empty(sm->v_bar, st);
+        hop_load_kv_tile<D, BC, PAIR>(sm->v + st.index * KV, &p->v_map, hop_ring_full(sm->v_bar, st), j * BC,
+                                      bh, rank, it < shared);
     }
     if (PAIR) wait_pair_released<D>(sm, shared);
 }
@@ -162,25 +165,24 @@ template <int BF16, int D, int CAUSAL, int PAIR, int MASK>
 static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const smem_layout *sm,
                                                 hop_rows<D> *r, int it, int j, int wg, int row0, int shared) {
     constexpr int BC = bc_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    const int buf = it % S;
-    const uint32_t parity = (uint32_t)((it / S) & 1);
+    const hop_ring_state st = hop_ring_at<S>(it);
     float s[BC / 2], alpha[2];
     uint32_t pf[BC / 16][4];
 
-    hop_mbar_wait(sm->k_full + 8 * buf, parity);
-    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_ring_wait_full(sm->k_bar, st);
+    hop_issue_s<BF16, D, BR, BC>(s, sm->q + wg * 64 * 128, sm->k + st.index * KV, p->negate_q);
     hop_wgmma_wait<0>();
     hop_settle(s);
-    hop_release_kv<PAIR>(sm->k_empty + 8 * buf, shared);
+    hop_ring_release<PAIR>(sm->k_bar, st, shared);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC>(s, r->m, r->l, alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pf);
     hop_rescale_o<D>(r->o, alpha);
-    hop_mbar_wait(sm->v_full + 8 * buf, parity);
-    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + buf * KV);
+    hop_ring_wait_full(sm->v_bar, st);
+    hop_issue_pv<BF16, D, BC>(r->o, pf, sm->v + st.index * KV);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    hop_release_kv<PAIR>(sm->v_empty + 8 * buf, shared);
+    hop_ring_release<PAIR>(sm->v_bar, st, shared);
 }
 
 /* A pair's block past N (Tr odd) computes nothing; its consumers only pass each tile on, so that the
@@ -188,17 +190,13 @@ static __device__ __forceinline__ void key_tile(const hop_attn_params *p, const 
 template <int D> static __device__ __forceinline__ void pass_tiles(const smem_layout *sm, int n_tiles) {
     constexpr int S = stages_for(D);
     for (int it = 0; it < n_tiles; ++it) {
-        const int buf = it % S;
-        const uint32_t parity = (uint32_t)((it / S) & 1);
-        hop_mbar_wait(sm->k_full + 8 * buf, parity);
-        hop_release_kv<1>(sm->k_empty + 8 * buf, 1);
-        hop_mbar_wait(sm->v_full + 8 * buf, parity);
-        hop_release_kv<1>(sm->v_empty + 8 * buf, 1);
+        const hop_ring_state st = hop_ring_at<S>(it);
+        hop_ring_wait_full(sm->k_bar, st);
+        hop_ring_release<1>(sm->k_bar, st, 1);
+        hop_ring_wait_full(sm->v_bar, st);
+        hop_ring_release<1>(sm->v_bar, st, 1);
     }
 }
-
-/* Named barriers 1 and 2 (0 is __syncthreads): one per consumer warpgroup, for staging O */
-static constexpr int STAGING_BAR = 1;
 
 /* A consumer warpgroup's whole row block: the shared tiles (masked ones first, then the plain ones),
  * then this block's own (masked), then O and LSE. */
@@ -213,7 +211,7 @@ static __device__ __forceinline__ void consume(const hop_attn_o_params *op, cons
     hop_rows<D> r;
     hop_rows_init<D>(&r);
     const int row0 = q0 + hop_thread_row(wg);
-    hop_mbar_wait(sm->q_full, 0);
+    hop_ring_wait_full(sm->q_bar, hop_ring_at<1>(0));
     int it = 0, j = shared - 1;
     for (; j >= kr.n_plain; --j, ++it) key_tile<BF16, D, CAUSAL, PAIR, 1>(p, sm, &r, it, j, wg, row0, 1);
     for (; j >= 0; --j, ++it) key_tile<BF16, D, CAUSAL, PAIR, 0>(p, sm, &r, it, j, wg, row0, 1);
@@ -223,7 +221,7 @@ static __device__ __forceinline__ void consume(const hop_attn_o_params *op, cons
      * tile at + k * Br rows x 128 bytes), which its last S = Q K^T no longer reads. The block exits as
      * soon as the engine has read the staging, without waiting for the global writes. */
     hop_store_o_through_tma<BF16, D, hop_tile_bytes(BR, 64)>(op, sm->q + wg * hop_tile_bytes(64, 64), &r, bh,
-                                                             q0, wg, STAGING_BAR + wg);
+                                                             q0, wg, HOP_BAR_O_STAGING + wg);
     if ((threadIdx.x & 127) == 0) hop_tma_store_wait_read();
 }
 
@@ -246,21 +244,8 @@ __global__ void __launch_bounds__(THREADS, blocks_per_sm(D))
     const int shared =
         PAIR ? min(kr.n_tiles, hop_key_tiles<BR, BC, CAUSAL>((mb ^ 1) * BR, p.n).n_tiles) : kr.n_tiles;
 
-    if (threadIdx.x == 0) {
-        hop_mbar_init(sm.q_full, 1);
-        for (int s = 0; s < S; ++s) {
-            hop_mbar_init(sm.k_full + 8 * s, 1);
-            hop_mbar_init(sm.v_full + 8 * s, 1);
-            hop_mbar_init(sm.k_empty + 8 * s, KV_READERS);
-            hop_mbar_init(sm.v_empty + 8 * s, KV_READERS);
-        }
-        hop_fence_barrier_init();
-    }
     /* PAIR: the other block's barriers must exist before our copies or arrivals reach them */
-    if (PAIR)
-        hop_cluster_sync();
-    else
-        __syncthreads();
+    hop_pipeline_init<S, PAIR>(sm.q_bar, 0, sm.k_bar, sm.v_bar, KV_READERS);
     const int wg = (int)(threadIdx.x >> 7);
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */
         hop_regs_release<PRODUCER_REGS>();

@@ -5,7 +5,7 @@
  * computes exp2 (the special-function unit runs 16 per SM cycle against the tensor cores' 2048
  * multiply-adds per cycle: at D = 64 the exponentials of a tile cost about as long as its two GEMMs)
  * the tensor cores have nothing of its to do. Two schedules hide that work:
- *   1. Ping-pong between the consumer warpgroups (2, or 3 at D = 64). Named barriers (ids 1..W) hand
+ *   1. Ping-pong between the consumer warpgroups (2, or 3 at D = 64). Named barriers (ids 4..3+W) hand
  *      a token round: a warpgroup issues its GEMMs only while it holds the token, then passes it, so
  *      the GEMMs of one run while another does its softmax:
  *          WG 1:  [GEMMs j] softmax j ......... [GEMMs j+1] softmax j+1 ...
@@ -21,7 +21,7 @@
  * bracketed by the ping-pong barriers. Engineering measured in README.md's road table: 3 consumer
  * warpgroups at D = 64, a key-tile width per problem at D = 128 (128 or 192 keys), and blocks that
  * loop over work units (a persistent grid; causal units pair a head's longest row block with its
- * shortest, and the last heads go in single row blocks, longest first: work_units.h), with a q_empty
+ * shortest, and the last heads go in single row blocks, longest first: work_units.h), with an empty
  * barrier so that the producer can reload Q, and a lazy rescale of O (a row keeps its max m until a
  * tile's exponentials would pass 2^8, so most tiles skip O *= alpha), and at
  * D = 128 non-causal, pairs of blocks (a 2-block cluster) that share each K/V tile: each block loads
@@ -133,10 +133,9 @@ static __host__ __device__ constexpr int smem_bytes(int d, int bc) {
 
 /* Shared-memory addresses of one block: tiles first (1024-aligned), barriers after. */
 typedef struct {
-    uint32_t q, k, v;                   /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
-    uint32_t o_staging;                 /* consumer warpgroup wg's O tile at + wg * 64 rows x D x 2 B */
-    uint32_t q_full, k_full, v_full;    /* written by the copy engine; buffer s's at + 8 s */
-    uint32_t q_empty, k_empty, v_empty; /* read by every consumer thread */
+    uint32_t q, k, v;                  /* Q tile; K and V buffer 0 (buffer s at + s * tile bytes) */
+    uint32_t o_staging;                /* consumer warpgroup wg's O tile at + wg * 64 rows x D x 2 B */
+    hop_ring_bars q_bar, k_bar, v_bar; /* full: written by the copy engine; empty: read by the consumers */
 } smem_layout;
 
 template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(uint32_t base) {
@@ -146,12 +145,12 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
     s.k = s.q + hop_tile_bytes(br_for(D), D);
     s.v = s.k + S * KV;
     s.o_staging = s.v + S * KV;
-    s.q_full = s.o_staging + o_staging_bytes(D, BC);
-    s.k_full = s.q_full + 8;
-    s.v_full = s.k_full + 8 * S;
-    s.q_empty = s.v_full + 8 * S;
-    s.k_empty = s.q_empty + 8;
-    s.v_empty = s.k_empty + 8 * S;
+    s.q_bar.full = s.o_staging + o_staging_bytes(D, BC);
+    s.k_bar.full = s.q_bar.full + 8;
+    s.v_bar.full = s.k_bar.full + 8 * S;
+    s.q_bar.empty = s.v_bar.full + 8 * S;
+    s.k_bar.empty = s.q_bar.empty + 8;
+    s.v_bar.empty = s.k_bar.empty + 8 * S;
     return s;
 }
 
@@ -166,22 +165,23 @@ template <int D, int BC> static __device__ __forceinline__ smem_layout smem_map(
 static __host__ __device__ constexpr int release_per_warp(int d, int pair) {
     return pair || stages_for(d) == 2;
 }
-template <int D, int PAIR> static __device__ __forceinline__ void release_kv(uint32_t bar) {
-    hop_release_kv<release_per_warp(D, PAIR)>(bar, PAIR);
+template <int D, int PAIR>
+static __device__ __forceinline__ void release_kv(hop_ring_bars bars, hop_ring_state st) {
+    hop_ring_release<release_per_warp(D, PAIR)>(bars, st, PAIR);
 }
 
 /*
  * The producer (one thread): for each work item, Q (once the consumers have released the previous
- * item's), then K_j and V_j for every tile the item visits, in visiting order. The ring runs on across
- * items: `it` counts every tile the block has loaded. Use u of buffer b (the u-th time it is filled)
- * first waits until the consumers have released use u-1: the empty barrier's phase u-1, parity
- * (u - 1) & 1. Counters are unsigned: S is a power of two, so % S and the parities survive wrapping.
+ * item's: Q is a ring of one buffer, its use the item), then K_j and V_j for every tile the item
+ * visits, in visiting order. The ring runs on across items: `it` counts every tile the block has
+ * loaded, and each use of a buffer but the first waits until the consumers have released the one
+ * before (hop_ring_wait_empty). Counters are unsigned: S is a power of two, so the slot and the
+ * parities hop_ring_at derives from them survive wrapping.
  */
 template <int D, int BC, int CAUSAL, int PAIR>
 static __device__ __forceinline__ void produce(const hop_attn_params *p, const smem_layout *sm,
                                                unsigned rank) {
     constexpr int BR = br_for(D), KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    static_assert((S & (S - 1)) == 0, "the ring's counters wrap: stages must be a power of two");
     const int tr = (p->n + BR - 1) / BR;
     const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
     uint32_t it = 0, item = 0;
@@ -192,16 +192,17 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
             if (w.row_block < 0) break;
             const int bh = (int)w.bh, q0 = w.row_block * BR;
             const hop_key_range kr = hop_key_tiles<BR, BC, CAUSAL>(q0, p->n);
-            if (item > 0) hop_mbar_wait(sm->q_empty, (item - 1) & 1);
-            hop_load_tile<D>(sm->q, &p->q_map, sm->q_full, BR, q0, bh);
+            const hop_ring_state qs = hop_ring_at<1>(item);
+            hop_ring_wait_empty(sm->q_bar, qs);
+            hop_load_tile<D>(sm->q, &p->q_map, hop_ring_full(sm->q_bar, qs), BR, q0, bh);
             for (int j = kr.n_tiles - 1; j >= 0; --j, ++it) {
-                const uint32_t buf = it % S, use = it / S;
-                if (use > 0) hop_mbar_wait(sm->k_empty + 8 * buf, (use - 1) & 1);
-                hop_load_kv_tile<D, BC, PAIR>(sm->k + buf * KV, &p->k_map, sm->k_full + 8 * buf, j * BC, bh,
-                                              rank, w.shared_kv);
-                if (use > 0) hop_mbar_wait(sm->v_empty + 8 * buf, (use - 1) & 1);
-                hop_load_kv_tile<D, BC, PAIR>(sm->v + buf * KV, &p->v_map, sm->v_full + 8 * buf, j * BC, bh,
-                                              rank, w.shared_kv);
+                const hop_ring_state st = hop_ring_at<S>(it);
+                hop_ring_wait_empty(sm->k_bar, st);
+                hop_load_kv_tile<D, BC, PAIR>(sm->k + st.index * KV, &p->k_map, hop_ring_full(sm->k_bar, st),
+                                              j * BC, bh, rank, w.shared_kv);
+                hop_ring_wait_empty(sm->v_bar, st);
+                hop_load_kv_tile<D, BC, PAIR>(sm->v + st.index * KV, &p->v_map, hop_ring_full(sm->v_bar, st),
+                                              j * BC, bh, rank, w.shared_kv);
             }
         }
 }
@@ -213,12 +214,12 @@ static __device__ __forceinline__ void produce(const hop_attn_params *p, const s
  * warpgroup starts by arriving on warpgroup 0's barrier, so 0 goes first, and skips its final
  * hand-back, which nobody would take.
  */
-static constexpr int PINGPONG_BAR = 1, PINGPONG_THREADS = 256;
+static constexpr int PINGPONG_THREADS = 256;
 static __device__ __forceinline__ void gemm_window_open(int wg) {
-    hop_bar_sync(PINGPONG_BAR + wg, PINGPONG_THREADS);
+    hop_bar_sync(HOP_BAR_PINGPONG + wg, PINGPONG_THREADS);
 }
 template <int W> static __device__ __forceinline__ void gemm_window_close(int wg, int last) {
-    if (!(last && wg == W - 1)) hop_bar_arrive(PINGPONG_BAR + (wg + 1) % W, PINGPONG_THREADS);
+    if (!(last && wg == W - 1)) hop_bar_arrive(HOP_BAR_PINGPONG + (wg + 1) % W, PINGPONG_THREADS);
 }
 
 /* What one step hands to the next: P of the tile just computed, and the alpha that O must be scaled by
@@ -243,15 +244,15 @@ static __device__ __forceinline__ void pipeline_prologue(const hop_attn_params *
                                                          hop_rows<D> *r, pending_pv<BC> *pv, uint32_t it,
                                                          int j, int wg, int row0) {
     constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    const uint32_t buf = it % S;
+    const hop_ring_state st = hop_ring_at<S>(it);
     float s[BC / 2];
-    hop_mbar_wait(sm->k_full + 8 * buf, (it / S) & 1);
+    hop_ring_wait_full(sm->k_bar, st);
     gemm_window_open(wg);
-    hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k + st.index * KV, p->negate_q);
     gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<0>();
     hop_settle(s);
-    release_kv<D, PAIR>(sm->k_empty + 8 * buf);
+    release_kv<D, PAIR>(sm->k_bar, st);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_pack_p<BF16, BC>(s, pv->p);
@@ -268,51 +269,49 @@ static __device__ __forceinline__ void pipeline_step(const hop_attn_params *p, c
                                                      hop_rows<D> *r, pending_pv<BC> *pv, uint32_t it, int j,
                                                      int wg, int row0) {
     constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    const uint32_t buf = it % S, prev = (it - 1) % S;
+    const hop_ring_state st = hop_ring_at<S>(it), prev = hop_ring_at<S>(it - 1); /* V: a tile behind K */
     float s[BC / 2];
-    hop_mbar_wait(sm->k_full + 8 * buf, (it / S) & 1);
+    hop_ring_wait_full(sm->k_bar, st);
     gemm_window_open(wg);
-    hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k + buf * KV, p->negate_q);
+    hop_issue_s<BF16, D, br_for(D), BC>(s, sm->q + wg * 64 * 128, sm->k + st.index * KV, p->negate_q);
     rescale_o_if_needed<D>(r->o, pv->alpha);
-    hop_mbar_wait(sm->v_full + 8 * prev, ((it - 1) / S) & 1);
-    hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
+    hop_ring_wait_full(sm->v_bar, prev);
+    hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev.index * KV);
     gemm_window_close<consumers_for(D)>(wg, 0);
     hop_wgmma_wait<1>(); /* S_j done, P V may still run */
     hop_settle(s);
-    release_kv<D, PAIR>(sm->k_empty + 8 * buf);
+    release_kv<D, PAIR>(sm->k_bar, st);
     if (MASK) hop_mask<BC, CAUSAL>(s, j * BC, row0, p->n);
     hop_online_softmax<BC, 1>(s, r->m, r->l, pv->alpha, p->scale_log2);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    release_kv<D, PAIR>(sm->v_empty + 8 * prev);
+    release_kv<D, PAIR>(sm->v_bar, prev);
     hop_pack_p<BF16, BC>(s, pv->p);
 }
 
-/* The item's last P V. Every S = Q K^T of the item has completed, so Q is released first: the
- * producer loads the next item's Q while this P V and the stores run. `last`: the block's last item,
- * whose window is the last one. */
+/* The item's last P V. Every S = Q K^T of the item has completed, so Q (the item's use qs of its
+ * one-buffer ring) is released first: the producer loads the next item's Q while this P V and the
+ * stores run. `last`: the block's last item, whose window is the last one. */
 template <int BF16, int D, int BC, int PAIR>
 static __device__ __forceinline__ void pipeline_epilogue(const smem_layout *sm, hop_rows<D> *r,
-                                                         const pending_pv<BC> *pv, uint32_t it, int wg,
-                                                         int last) {
+                                                         const pending_pv<BC> *pv, uint32_t it,
+                                                         hop_ring_state qs, int wg, int last) {
     constexpr int KV = hop_tile_bytes(BC, D), S = stages_for(D);
-    const uint32_t prev = (it - 1) % S;
-    hop_mbar_arrive(sm->q_empty);
+    const hop_ring_state prev = hop_ring_at<S>(it - 1);
+    hop_ring_release<0>(sm->q_bar, qs, 0); /* every consumer thread arrives */
     rescale_o_if_needed<D>(r->o, pv->alpha);
-    hop_mbar_wait(sm->v_full + 8 * prev, ((it - 1) / S) & 1);
+    hop_ring_wait_full(sm->v_bar, prev);
     gemm_window_open(wg);
-    hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev * KV);
+    hop_issue_pv<BF16, D, BC>(r->o, pv->p, sm->v + prev.index * KV);
     gemm_window_close<consumers_for(D)>(wg, last);
     hop_wgmma_wait<0>();
     hop_settle(r->o);
-    release_kv<D, PAIR>(sm->v_empty + 8 * prev);
+    release_kv<D, PAIR>(sm->v_bar, prev);
 }
 
 /* O through the copy engine (stores_o_by_tma, hop_store_o_through_tma): measured against storing from
  * registers (README.md's road table), +0.5 to +3.7% at D = 64, +1.7 to +8.2% at D = 128 (most where an
  * item has few key tiles). Each consumer warpgroup has its own staging buffer and named barrier. */
-static constexpr int STAGING_BAR = PINGPONG_BAR + 3; /* ids 4, 5, 6: one per consumer warpgroup */
-
 /* One consumer warpgroup's work items: per item the masked tiles first, then the plain ones, then O and
  * LSE. `it` runs on across items, as the producer's. */
 template <int BF16, int D, int BC, int CAUSAL, int PAIR>
@@ -323,7 +322,7 @@ static __device__ __forceinline__ void consume(const hop_attn_o_params *op, cons
     const int tr = (p->n + BR - 1) / BR;
     const int64_t units = unit_count(CAUSAL, PAIR, tr, p->bh, gridDim.x);
     uint32_t it = 0, item = 0;
-    if (wg == consumers_for(D) - 1) hop_bar_arrive(PINGPONG_BAR + 0, PINGPONG_THREADS); /* 0 goes first */
+    if (wg == consumers_for(D) - 1) hop_bar_arrive(HOP_BAR_PINGPONG + 0, PINGPONG_THREADS); /* 0 goes first */
     int64_t u;
     for (int64_t t = 0; (u = block_unit(CAUSAL, PAIR, blockIdx.x, gridDim.x, t)) < units; ++t)
         for (int half = 0; half <= CAUSAL; ++half, ++item) {
@@ -336,7 +335,8 @@ static __device__ __forceinline__ void consume(const hop_attn_o_params *op, cons
             hop_rows_init<D>(&r);
             pending_pv<BC> pv;
             const int row0 = q0 + hop_thread_row(wg);
-            hop_mbar_wait(sm->q_full, item & 1);
+            const hop_ring_state qs = hop_ring_at<1>(item);
+            hop_ring_wait_full(sm->q_bar, qs);
             int j = kr.n_tiles - 1;
             if (j >= kr.n_plain)
                 pipeline_prologue<BF16, D, BC, CAUSAL, 1, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
@@ -346,10 +346,10 @@ static __device__ __forceinline__ void consume(const hop_attn_o_params *op, cons
                 pipeline_step<BF16, D, BC, CAUSAL, 1, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
             for (; j >= 0; --j, ++it)
                 pipeline_step<BF16, D, BC, CAUSAL, 0, PAIR>(p, sm, &r, &pv, it, j, wg, row0);
-            pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, wg, last);
+            pipeline_epilogue<BF16, D, BC, PAIR>(sm, &r, &pv, it, qs, wg, last);
             if constexpr (stores_o_by_tma(D, BC))
                 hop_store_o_through_tma<BF16, D, hop_tile_bytes(64, 64)>(
-                    op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0, wg, STAGING_BAR + wg);
+                    op, sm->o_staging + wg * hop_tile_bytes(64, D), &r, w.bh, q0, wg, HOP_BAR_O_STAGING + wg);
             else
                 hop_store_o_lse<BF16, D>(p, &r, w.bh, row0);
         }
@@ -368,22 +368,8 @@ __global__ void __launch_bounds__(threads_for(D), 1)
      * for PAIR */
     constexpr int KV_READERS = (release_per_warp(D, PAIR) ? CONSUMERS / 32 : CONSUMERS) * (PAIR ? 2 : 1);
     const smem_layout sm = smem_map<D, BC>((hop_smem_addr(smem_raw) + 1023u) & ~1023u);
-    if (threadIdx.x == 0) {
-        hop_mbar_init(sm.q_full, 1);
-        hop_mbar_init(sm.q_empty, CONSUMERS);
-        for (int s = 0; s < S; ++s) {
-            hop_mbar_init(sm.k_full + 8 * s, 1);
-            hop_mbar_init(sm.v_full + 8 * s, 1);
-            hop_mbar_init(sm.k_empty + 8 * s, KV_READERS);
-            hop_mbar_init(sm.v_empty + 8 * s, KV_READERS);
-        }
-        hop_fence_barrier_init();
-    }
     /* PAIR: the other block's barriers must exist before its producer's copies or our arrivals reach it */
-    if (PAIR)
-        hop_cluster_sync();
-    else
-        __syncthreads();
+    hop_pipeline_init<S, PAIR>(sm.q_bar, CONSUMERS, sm.k_bar, sm.v_bar, KV_READERS);
     const int wg = (int)(threadIdx.x >> 7);
     const unsigned rank = hop_pair_rank<PAIR>(); /* read once, passed to both roles */
     if (wg == 0) { /* producer: one branch of the if, so that setmaxnreg applies to the whole warpgroup */

@@ -22,6 +22,7 @@
 #include "grid_order.h"
 #include "hopper.cuh"
 #include "hopper_host.h"
+#include "hopper_pipeline.cuh"
 
 #define HOP_LN2 0.69314718055994531f
 
@@ -114,20 +115,6 @@ static __device__ __forceinline__ void hop_load_kv_tile(uint32_t dst, const CUte
  * computes (work_units.h's pair_item). */
 template <int PAIR> static __device__ __forceinline__ unsigned hop_pair_rank(void) {
     return PAIR ? hop_cluster_rank() : 0u;
-}
-
-/* A consumer has read a K or V buffer: it arrives on the buffer's empty barrier. PER_WARP: once a warp,
- * when all its lanes are done (the barrier counts warps), and with `remote` also on the other block's
- * barrier, whose producer refills its half of both blocks' buffers (pairs). */
-template <int PER_WARP> static __device__ __forceinline__ void hop_release_kv(uint32_t bar, int remote) {
-    if (!PER_WARP) {
-        hop_mbar_arrive(bar);
-        return;
-    }
-    __syncwarp();
-    if ((threadIdx.x & 31) != 0) return;
-    hop_mbar_arrive(bar);
-    if (remote) hop_mbar_arrive_cluster(hop_cluster_map(bar, hop_cluster_rank() ^ 1u));
 }
 
 /* S = Q K^T issued (not waited for): D/16 wgmma of 64 x Bc x 16. Step kk reads columns 16kk .. 16kk+15
