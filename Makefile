@@ -36,6 +36,8 @@ ifneq ($(filter command line environment%,$(origin NVCC)),)
 NVCC_FROM    := from NVCC=
 endif
 NVCC    ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
+# the nvcc found, even under NO_CUDA=1 (make check-install builds the library with it: lib/flashattn.mk)
+NVCC_FOUND := $(NVCC)
 ifeq ($(NO_CUDA),1)
 NVCC    :=
 endif
@@ -184,7 +186,7 @@ FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*
                   $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h kit/wgmma_ops.cuh kit/fast_math.cuh \
                             kit/device_sm.h suite/hold_signals.*) \
                   suite/attn_main.c 10_context_parallel/cp_bench_main.c \
-                  tests/fa2_selftest.cu tests/fa2_selftest.h tests/test_fa2_blocks.c tests/test_fa2_api.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c \
+                  tests/fa2_selftest.cu tests/fa2_selftest.h tests/test_fa2_blocks.c tests/test_flashattn.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c \
                   tests/test_cli.c tests/test_context_parallel.c tests/mutants/mutant_check.c tests/mutants/shadow/tiles_cpu.h
 CLANG_FORMAT   ?= clang-format
 format-check:

@@ -35,7 +35,7 @@ static void stage04c_row_tile(const cpu_tile_params *prm, int qt, cpu_tile_scrat
     float *S = w->S, *O = w->O, *m = w->m, *l = w->l;
 
     /* Q tile, times scale * log2(e), loaded once: s = (scale log2(e) q) . k, in log2 units */
-    cpu_tile_load_rows(w->Qs, prm->q, q0, BR, N, D, prm->scale * CPU_LOG2E, prm->dtype);
+    cpu_tile_load_rows(w->Qs, prm->q, q0, BR, N, D, prm->scale * ATTN_LOG2E, prm->dtype);
     for (int r = 0; r < BR; r++) m[r] = -INFINITY, l[r] = 0.0f;
     memset(O, 0, (size_t)BR * D * sizeof(float));
 
@@ -62,7 +62,7 @@ static void stage04c_row_tile(const cpu_tile_params *prm, int qt, cpu_tile_scrat
             m[r] = m_new;
         }
         cpu_tile_pv(O, S, BR, BC, w->Vs, 0, D);
-        cpu_trace_tile(prm, w, q0, BR, m, l, O, key0, BC, CPU_LN2); /* --trace-row */
+        cpu_trace_tile(prm, w, q0, BR, m, l, O, key0, BC, ATTN_LN2); /* --trace-row */
     }
 
     cpu_tile_store_o(prm->o, O, l, q0, BR, N, D, prm->dtype);

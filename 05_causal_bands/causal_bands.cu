@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(TILE_THREADS, 2) stage05_kernel(tile_params pr
     const __half *k_head = prm.k + head, *v_head = prm.v + head;
 
     /* Q tile, times scale * log2(e), loaded once: s = (scale log2(e) q) . k, in log2 units */
-    tile_load_rows<D>(Qs, prm.q + head, q0, N, prm.scale * TILE_LOG2E);
+    tile_load_rows<D>(Qs, prm.q + head, q0, N, prm.scale * ATTN_LOG2E);
 
     float m[TILE_ROWS], l[TILE_ROWS], o[TILE_ROWS][TILE_COLS(D)], s[TILE_ROWS][TILE_KEYS];
 #pragma unroll

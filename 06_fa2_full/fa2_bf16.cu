@@ -6,6 +6,6 @@
 
 extern "C" cudaError_t fa2_launch_bf16(const fa2_params *kp, int64_t D, int causal, cudaStream_t stream,
                                        const char **why) {
-    return causal ? fa2_launch_final<FA2_BF16, 1>(kp, D, stream, why)
-                  : fa2_launch_final<FA2_BF16, 0>(kp, D, stream, why);
+    return causal ? fa2_launch_final<ATTN_BF16, 1>(kp, D, stream, why)
+                  : fa2_launch_final<ATTN_BF16, 0>(kp, D, stream, why);
 }

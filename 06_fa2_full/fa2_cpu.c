@@ -16,7 +16,7 @@
  *      ragged tail) down to 0. The masked tiles, j >= n_plain, come first; the rest need no mask.
  *   4. m is kept on raw scores and scale * log2(e) = sl2 goes inside the exponent, one fmaf:
  *      P = 2^(s sl2 - m sl2), alpha = 2^(m_old sl2 - m_new sl2). A negative scale runs as -Q with
- *      |scale| (the same scores, and the max stays the max), as stage 06 does (fa2_api.cu).
+ *      |scale| (the same scores, and the max stays the max), as stage 06 does (attn_exp2_scale).
  *   5. P is rounded to the inputs' 16-bit type before P V (it is the tensor cores' A operand); l
  *      sums the fp32 P.
  *   6. The LSE epilogue: l = sum_j 2^(x_j - m2) with x_j = s_j sl2 and m2 = m sl2, so
@@ -74,7 +74,7 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
         for (int x = 0; x < D; x++) O[r * D + x] *= alpha;
     }
     cpu_tile_pv(O, S, rows, BCS, w->Vs, c0, D);
-    cpu_trace_tile(prm, w, q0 + r0, rows, m, l, O, kbase, BCS, sl2 * CPU_LN2); /* --trace-row */
+    cpu_trace_tile(prm, w, q0 + r0, rows, m, l, O, kbase, BCS, sl2 * ATTN_LN2); /* --trace-row */
 }
 
 /* One row tile (one GPU block): each warp slice walks the key tiles on its own. */
@@ -82,7 +82,7 @@ static void fa2_cpu_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scrat
     const int N = prm->N, D = prm->D, BC = prm->Bc, q0 = mb * BR;
     const int rows_w = BR / fa2c_warps(D); /* 16 MT */
     /* |scale| log2(e), at least FLT_MIN: the one multiplier of exp2 (scale < 0: Q is negated) */
-    const float sl2 = fmaxf(fabsf(prm->scale) * CPU_LOG2E, FLT_MIN);
+    const float sl2 = attn_exp2_scale(prm->scale);
 
     /* causal: the last visible key of row q0 + Br - 1 bounds the tiles; tiles j < n_full are fully
      * visible to every row of the block. Tiles 0 .. n_plain-1 need no mask at all. */
@@ -104,7 +104,7 @@ static void fa2_cpu_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scrat
         cpu_tile_store_o(prm->o, w->O + r0 * D, w->l + r0, q0 + r0, rows_w, N, D, prm->dtype);
         for (int r = r0; r < r0 + rows_w && q0 + r < N; r++)
             if (prm->lse)
-                prm->lse[q0 + r] = w->l[r] > 0.0f ? w->m[r] * sl2 * CPU_LN2 + logf(w->l[r]) : -INFINITY;
+                prm->lse[q0 + r] = w->l[r] > 0.0f ? w->m[r] * sl2 * ATTN_LN2 + logf(w->l[r]) : -INFINITY;
     }
 }
 

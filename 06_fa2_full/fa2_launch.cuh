@@ -11,6 +11,7 @@
 #include "fa2_internal.h"
 #include "fa2_kernel.cuh"
 #include "func_attribute.h"
+#include "stage06.h" /* STAGE06_DIMS_TEXT */
 
 #define FA2_MAX_DEVICES 64
 #define FA2_GRID_YZ 65535 /* grid.y and grid.z limit */
@@ -61,7 +62,8 @@ static cudaError_t fa2_launch(void (*kernel)(const fa2_params), const fa2_params
         if ((e = fa2_configure((const void *)kernel, T.smem_bytes, why)) != cudaSuccess) return e;
         if (flag != NULL) __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
     }
-    const dim3 grid((unsigned)kp->row_tiles, (unsigned)(kp->heads < FA2_GRID_YZ ? kp->heads : FA2_GRID_YZ),
+    const int row_tiles = (kp->n + T.br - 1) / T.br; /* Tr = ceil(N / Br) of the recipe's Br */
+    const dim3 grid((unsigned)row_tiles, (unsigned)(kp->heads < FA2_GRID_YZ ? kp->heads : FA2_GRID_YZ),
                     (unsigned)((kp->heads + FA2_GRID_YZ - 1) / FA2_GRID_YZ));
     void *args[1] = {(void *)kp};
     e = cudaLaunchKernel((const void *)kernel, grid, dim3(T.threads), args, (size_t)T.smem_bytes, stream);
@@ -93,7 +95,7 @@ static cudaError_t fa2_launch_final(const fa2_params *kp, int64_t D, cudaStream_
     case 128: return fa2_launch_dim<DTYPE, CAUSAL, 128>(kp, stream, why);
     case 256: return fa2_launch_dim<DTYPE, CAUSAL, 256>(kp, stream, why);
     }
-    *why = "head dim must be 32, 64, 96, 128 or 256"; /* fa2_check_args refuses it before */
+    *why = "head dim must be " STAGE06_DIMS_TEXT; /* stage06_check_limits refuses it before */
     return cudaErrorInvalidValue;
 }
 

@@ -12,8 +12,8 @@
 
 #include <stdint.h>
 
-#include "fa2.h"         /* FA2_F16, FA2_BF16: the DTYPE template parameter */
-#include "fast_math.cuh" /* fast_exp2, pack_16x2<DTYPE> (FA2_BF16 = 1) */
+#include "attn.h"        /* ATTN_F16, ATTN_BF16: the DTYPE template parameter */
+#include "fast_math.cuh" /* fast_exp2, pack_16x2<DTYPE> (ATTN_BF16 = 1) */
 
 static __device__ __forceinline__ uint32_t fa2_smem_address(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -75,7 +75,7 @@ static __device__ __forceinline__ void fa2_st_shared_4(uint32_t addr, uint32_t x
 template <int DTYPE>
 static __device__ __forceinline__ void fa2_mma_16x8x16(float c[4], const uint32_t a[4], uint32_t b0,
                                                        uint32_t b1) {
-    if (DTYPE == FA2_F16)
+    if (DTYPE == ATTN_F16)
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
             "{%8, %9}, {%0, %1, %2, %3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])

@@ -21,25 +21,20 @@ static attn_status fa2_road_run(const char *id, const attn_problem *p, const att
     if (!stage06_road_supports_dim(p->D) || p->dtype != ATTN_F16)
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports fp16 at head dim 64 or 128 (got %s, %lld)", id,
                          attn_dtype_name(p->dtype), (long long)p->D);
-    const fa2_args args = {a->q, a->k, a->v, a->o,      a->lse,   p->B,
-                           p->H, p->N, p->D, p->causal, p->scale, FA2_F16};
-    fa2_failure f;
-    const fa2_status s = fa2_check_args(&args, &f);
-    char why[256];
-    if (s != FA2_OK)
-        return attn_fail(s == FA2_EINVAL ? ATTN_EINVAL : ATTN_EUNSUPPORTED, "stage %s: %s", id,
-                         fa2_failure_message(&f, why, sizeof why));
-    const fa2_params kp = fa2_params_of(&args, fa2_traits_of(64, RECIPE).br);
+    const attn_status st06 = stage06_check_limits(p); /* N and B*H: the final kernel's grid and indices */
+    if (st06 != ATTN_OK) return st06;
+    const fa2_params kp = fa2_params_of(p, a);
+    const char *why = "";
     cudaStream_t st = (cudaStream_t)a->stream;
     cudaError_t e;
     if (p->D == 64)
-        e = p->causal ? fa2_launch<FA2_F16, 64, 1, RECIPE>(d64_causal, &kp, st, &f.why)
-                      : fa2_launch<FA2_F16, 64, 0, RECIPE>(d64, &kp, st, &f.why);
+        e = p->causal ? fa2_launch<ATTN_F16, 64, 1, RECIPE>(d64_causal, &kp, st, &why)
+                      : fa2_launch<ATTN_F16, 64, 0, RECIPE>(d64, &kp, st, &why);
     else
-        e = p->causal ? fa2_launch<FA2_F16, 128, 1, RECIPE>(d128_causal, &kp, st, &f.why)
-                      : fa2_launch<FA2_F16, 128, 0, RECIPE>(d128, &kp, st, &f.why);
+        e = p->causal ? fa2_launch<ATTN_F16, 128, 1, RECIPE>(d128_causal, &kp, st, &why)
+                      : fa2_launch<ATTN_F16, 128, 0, RECIPE>(d128, &kp, st, &why);
     if (e != cudaSuccess)
-        return attn_fail(attn_cuda_status(e), "stage %s: %s: %s", id, f.why, cudaGetErrorString(e));
+        return attn_fail(attn_cuda_status(e), "stage %s: %s: %s", id, why, cudaGetErrorString(e));
     return ATTN_OK;
 }
 
@@ -48,7 +43,7 @@ static attn_status fa2_road_run(const char *id, const attn_problem *p, const att
     template <int D, int CAUSAL>                                                                             \
     __global__ void __launch_bounds__(fa2_traits_of(D, RECIPE).threads, fa2_traits_of(D, RECIPE).min_blocks) \
         KERNEL(const fa2_params p) {                                                                         \
-        fa2_attention_block<FA2_F16, D, CAUSAL, RECIPE>(&p, (fa2_smem_address(fa2_smem) + 1023u) & ~1023u);  \
+        fa2_attention_block<ATTN_F16, D, CAUSAL, RECIPE>(&p, (fa2_smem_address(fa2_smem) + 1023u) & ~1023u); \
     }                                                                                                        \
     extern "C" attn_status RUN(const attn_problem *p, const attn_args *a) {                                  \
         return fa2_road_run<RECIPE>(ID, p, a, KERNEL<64, 0>, KERNEL<64, 1>, KERNEL<128, 0>, KERNEL<128, 1>); \

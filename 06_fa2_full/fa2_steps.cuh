@@ -63,8 +63,6 @@
 #include "fa2_internal.h"
 #include "fa2_smem.cuh"
 
-#define FA2_LN2 0.69314718055994531f
-
 /* The block-uniform state of one row tile (per-lane values are recomputed where they are used, see
  * fa2_thread_index). N, the scale and the tensor pointers are read from the kernel parameters. */
 typedef struct {
@@ -503,7 +501,7 @@ static __device__ __forceinline__ void fa2_store_lse(const fa2_params *p, const 
                 const int r = (ln->warp * T.slices + mi) * 16 + ln->g + 8 * h; /* row inside the tile */
                 if (blk->q0 + r < p->n)
                     p->lse[blk->head_rows + blk->q0 + r] =
-                        l[mi][h] > 0.f ? m[mi][h] * p->scale_log2 * FA2_LN2 + logf(l[mi][h]) : -INFINITY;
+                        l[mi][h] > 0.f ? m[mi][h] * p->scale_log2 * ATTN_LN2 + logf(l[mi][h]) : -INFINITY;
             }
     }
 }

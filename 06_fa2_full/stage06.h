@@ -1,7 +1,7 @@
 /*
- * stage06.h: stage 06 and its road as the suite's registry sees them (suite/registry.c). The kernels
- * and the library entry point fa2_forward() are in fa2_*.cu; stage06_run() is a thin adapter over the
- * same launch path, and stage06a_run() .. stage06e_run() run the road's steps (step06*.cu).
+ * stage06.h: stage 06 and its road as the suite's registry (suite/registry.c) and the public library
+ * (lib/flashattn.c) see them. The kernels are in fa2_*.cu; stage06_run() checks the stage's limits and
+ * launches them, and stage06a_run() .. stage06e_run() run the road's steps (step06*.cu).
  */
 #ifndef STAGE06_H
 #define STAGE06_H
@@ -15,8 +15,13 @@
 extern "C" {
 #endif
 
+#define STAGE06_DIMS_TEXT "32, 64, 96, 128, 256"
 /* 1 for head dims 32, 64, 96, 128, 256. Always built (no CUDA needed). */
 int stage06_supports_dim(int64_t D);
+/* Stage 06's own limits, before any CUDA call: the head dim, N <= 2^30, B*H <= 65535^2 (grid.y x
+ * grid.z), fp16 or bf16. ATTN_EUNSUPPORTED naming the field and the value; p's sizes are >= 1 and
+ * B*H*N*D fits 64 bits (the caller's checks). Asked by stage06_run and by the library. */
+attn_status stage06_check_limits(const attn_problem *p);
 /* The road's steps: 1 for head dims 64 and 128. */
 int stage06_road_supports_dim(int64_t D);
 

@@ -44,7 +44,6 @@
  * and B*H past the grid's y limit of 65535 need no special case. */
 #define NAIVE_MAX_BLOCKS 65535u
 #define NAIVE_THREADS 256
-#define NAIVE_LOG2E 1.4426950408889634f
 
 static unsigned blocks_for(int64_t work, unsigned per_block) {
     int64_t b = (work + per_block - 1) / per_block;
@@ -88,7 +87,7 @@ __global__ void stage11_probs(const T *q, const T *k, const float *lse, float *P
         float p = 0.0f;
         if (!causal || j <= i) {
             const float s = dot_rows(q + row * D, k + (bh * N + j) * D, D); /* q_i . k_j, unscaled */
-            p = fast_exp2(fmaf(s, sl2, -lse[row] * NAIVE_LOG2E));
+            p = fast_exp2(fmaf(s, sl2, -lse[row] * ATTN_LOG2E));
         }
         P[e] = p;
     }
@@ -154,7 +153,7 @@ template <typename T> static attn_status stage11_launch(const attn_problem *p, c
     stage11_delta<T><<<blocks_for(rows, NAIVE_THREADS), NAIVE_THREADS, 0, stream>>>(o, d_o, delta, rows, D);
     ATTN_CUDA_LAUNCHED("stage 11 D kernel");
     stage11_probs<T><<<blocks_for(scores, NAIVE_THREADS), NAIVE_THREADS, 0, stream>>>(
-        q, k, a->lse, P, BH, N, D, p->scale * NAIVE_LOG2E, p->causal);
+        q, k, a->lse, P, BH, N, D, p->scale * ATTN_LOG2E, p->causal);
     ATTN_CUDA_LAUNCHED("stage 11 P kernel");
     stage11_dscores<T><<<blocks_for(scores, NAIVE_THREADS), NAIVE_THREADS, 0, stream>>>(d_o, v, P, delta, dS,
                                                                                         BH, N, D);

@@ -125,7 +125,7 @@ static __device__ __forceinline__ void bwd_p_and_ds(float s[TILE_ROWS][TILE_KEYS
 #pragma unroll
     for (int r = 0; r < TILE_ROWS; r++) {
         const int i = q0 + ty + r * TILE_TY;
-        const float lse2 = i < N ? __ldg(lse_head + i) * TILE_LOG2E : INFINITY;
+        const float lse2 = i < N ? __ldg(lse_head + i) * ATTN_LOG2E : INFINITY;
         delta[r] = i < N ? __ldg(delta_head + i) : 0.0f;
 #pragma unroll
         for (int c = 0; c < TILE_KEYS; c++) s[r][c] = fmaf(s[r][c], sl2, -lse2); /* log2 P */
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(TILE_THREADS, BWD_MIN_BLOCKS(D)) stage12_kerne
     const int N = prm.N, key0 = kt * TILE_BC;
     const int64_t head = bh * N * D;
     const float *lse_head = prm.lse + bh * N, *delta_head = prm.delta + bh * N;
-    const float sl2 = prm.scale * TILE_LOG2E;
+    const float sl2 = prm.scale * ATTN_LOG2E;
 
     /* K_j and V_j, unscaled, loaded once: S is scaled inside the exponent, and Q stays unscaled for dK */
     tile_load_rows<D>(Ks, prm.k + head, key0, N, 1.0f);

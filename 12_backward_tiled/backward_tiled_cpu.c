@@ -86,9 +86,9 @@ static void bwd_store_rows(uint16_t *head, const float *acc, float mult, int row
  * becomes dS = P (dP - D_i). Rows >= N get LSE = +inf: P = 0, dS = 0. The kernel's bwd_p_and_ds. */
 static void stage12c_p_and_ds(float *S, float *dP, const bwd_head *h, const float *delta, int q0, int key0,
                               int masked) {
-    const float sl2 = h->scale * CPU_LOG2E;
+    const float sl2 = h->scale * ATTN_LOG2E;
     for (int r = 0; r < BR; r++) {
-        const float lse2 = q0 + r < h->N ? h->lse[q0 + r] * CPU_LOG2E : INFINITY;
+        const float lse2 = q0 + r < h->N ? h->lse[q0 + r] * ATTN_LOG2E : INFINITY;
         for (int c = 0; c < BC; c++) S[r * BC + c] = fmaf(S[r * BC + c], sl2, -lse2); /* log2 P */
     }
     if (masked) cpu_tile_mask(S, BR, BC, q0, key0, h->N, h->causal);

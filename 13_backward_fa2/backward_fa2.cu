@@ -50,7 +50,6 @@
 #define BWD_THREADS (32 * BWD_WARPS)
 #define BWD_BR STAGE13_BR
 #define BWD_BC STAGE13_BC
-#define BWD_LOG2E 1.4426950408889634f
 
 /* ---- shared memory: every tile rows of 16-byte chunks, XOR-swizzled (fa2_layout.h), 1024-aligned ----
  *     | K: Bc rows | V: Bc rows | Q: 2 x Br rows | dO: 2 x Br rows | dS^T: Bc rows x Br | LSE, D: 2 x Br |
@@ -162,7 +161,7 @@ static __device__ __forceinline__ void bwd_probabilities(float s[BWD_BR / 8][4],
         const float2 l = *reinterpret_cast<const float2 *>(lse + 8 * n + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float x = fast_exp2(fmaf(s[n][e], sl2, -(e & 1 ? l.y : l.x) * BWD_LOG2E));
+            float x = fast_exp2(fmaf(s[n][e], sl2, -(e & 1 ? l.y : l.x) * ATTN_LOG2E));
             if (MASK) {
                 const int key = key0 + g + 8 * (e >> 1), query = q0 + 8 * n + 2 * t + (e & 1);
                 if (key >= N || (causal && key > query)) x = 0.0f;
@@ -347,7 +346,7 @@ __global__ void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_params pr
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int N = prm.N, key0 = j * BWD_BC;
     const float *stats = reinterpret_cast<const float *>(bwd_smem + (base - fa2_smem_address(bwd_smem)) + BWD_STATS_OFF(D));
-    const float sl2 = prm.scale * BWD_LOG2E;
+    const float sl2 = prm.scale * ATTN_LOG2E;
 
     /* causal: the first query tile with a row at or past key0; the diagonal band (some key after some
      * row) runs through the mask, as does the last key tile (keys past N) */
@@ -405,7 +404,7 @@ __global__ void bwd_preprocess(const bwd_params prm) {
             const uint32_t g = *reinterpret_cast<const uint32_t *>(prm.d_o + row * D + d);
             const uint32_t o = *reinterpret_cast<const uint32_t *>(prm.o + row * D + d);
             float2 gf, of;
-            if (DTYPE == FA2_BF16) {
+            if (DTYPE == ATTN_BF16) {
                 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&g));
                 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&o));
             } else {
@@ -461,15 +460,12 @@ static unsigned bwd_grid_1d(int64_t work, int per_block) {
 }
 
 static attn_status bwd_run(const char *id, int det, const attn_problem *p, const attn_args *a) {
-    if (!stage13_supports_dim(p->D))
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports head dim " STAGE13_DIMS_TEXT " (got %lld)", id, (long long)p->D);
-    if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s supports fp16 and bf16", id);
-    if (p->N < 1 || p->N > ATTN_MAX_N) return attn_fail(ATTN_EINVAL, "stage %s: N must be 1..%d", id, ATTN_MAX_N);
+    const attn_status limits = stage13_check_limits(p);
+    if (limits != ATTN_OK) return limits;
     bwd_kernels k;
     const int bf16 = p->dtype == ATTN_BF16;
-    const int ok = bf16 ? (det ? bwd_pick_d<FA2_BF16, 1>(p->D, &k) : bwd_pick_d<FA2_BF16, 0>(p->D, &k))
-                        : (det ? bwd_pick_d<FA2_F16, 1>(p->D, &k) : bwd_pick_d<FA2_F16, 0>(p->D, &k));
+    const int ok = bf16 ? (det ? bwd_pick_d<ATTN_BF16, 1>(p->D, &k) : bwd_pick_d<ATTN_BF16, 0>(p->D, &k))
+                        : (det ? bwd_pick_d<ATTN_F16, 1>(p->D, &k) : bwd_pick_d<ATTN_F16, 0>(p->D, &k));
     if (!ok) return attn_fail(ATTN_EUNSUPPORTED, "stage %s: no kernel for D = %lld", id, (long long)p->D);
 
     bwd_params prm;

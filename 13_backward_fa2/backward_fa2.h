@@ -21,6 +21,10 @@ extern "C" {
 
 /* 1 for head dims 32, 64, 96 and 128. */
 int stage13_supports_dim(int64_t D);
+/* Stage 13's own limits, before any CUDA call: the head dim, N <= 2^24, B*H within one launch's
+ * blocks, fp16 or bf16. ATTN_EUNSUPPORTED naming the field and the value; p's sizes are >= 1 (the
+ * caller's check). Asked by bwd_run and by the library. */
+attn_status stage13_check_limits(const attn_problem *p);
 /* The fp32 dQ accumulator (B H N D floats), D_i = dO_i . O_i (B H N floats) and, for 13d, one counter
  * per (b, h, query tile): O(N) per head, never O(N^2). */
 size_t stage13_workspace_bytes(const attn_problem *p);

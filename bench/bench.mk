@@ -64,6 +64,10 @@ $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # The peers time the shared libraries too: python/python.mk adds them to this rule's prerequisites.
+# The power limit (and the peak SM clock for the peers' rows, which attn-bench reads from CUDA for its own)
+# are nvidia-smi's, of GPU 0, asked once after the sweep and filled into the merged CSV
+# (report.sh merge --set): neither writer can know the limit, and without nvidia-smi (or where it answers
+# [N/A]) the rows keep them empty, which the report shows as "not recorded".
 # Before anything runs: the switches take 0 or 1 (QUICK=no used to mean yes), and attn-bench checks its
 # flags, shapes and CSV path (--dry-run), so that a bad one stops here, with attn-bench's status,
 # before the peers' minutes and before old results are shown as new ones.
@@ -85,7 +89,11 @@ bench: $(BENCH_BIN)
 	if [ ! -f "$${part}_stages.csv" ]; then [ $$rc -ne 0 ] || rc=1; \
 	  echo "bench: attn-bench wrote no CSV (exit $$rc): $$csv left as it was" >&2; exit $$rc; fi; \
 	set -- "$${part}_stages.csv"; [ ! -f "$${part}_peers.csv" ] || set -- "$$@" "$${part}_peers.csv"; \
-	sh bench/report.sh merge "$$csv" "$$@" || rc=1; \
+	facts=""; smi=$$(nvidia-smi --query-gpu=power.limit,clocks.max.sm --format=csv,noheader,nounits -i 0 2>/dev/null | head -n 1) || smi=""; \
+	pw=$$(echo $${smi%%,*}); mhz=$$(echo $${smi#*,}); \
+	case $$pw in ''|*[!0-9.]*) ;; *) facts="--set power_limit_w=$$pw" ;; esac; \
+	case $$mhz in ''|*[!0-9]*) ;; *) facts="$$facts --set sm_clock_mhz=$$mhz" ;; esac; \
+	sh bench/report.sh merge $$facts "$$csv" "$$@" || rc=1; \
 	echo; sh bench/report.sh tables "$$csv" || rc=1; \
 	sh bench/report.sh plots "$$csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
 	[ ! -s "$${part}_ceilings.csv" ] || sh bench/roofline.sh plot "$$csv" "$${part}_ceilings.csv" $(call sh_quote,$(PLOTS_DIR)) || true; \

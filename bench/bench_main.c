@@ -328,6 +328,8 @@ typedef struct {
                            the first, -1 if that failed; each stage is judged by its own (on the 2-core
                            machine 01 measured 4-5 GFLOP/s, 03m 11-16) */
     uint16_t *o_host; float *lse_host; /* O and LSE of every run at one point (NULL: attn_run's own) */
+    char driver[32]; /* the run's facts for every row: "CUDA 13.0" or "no-gpu" (attn_gpu_driver) */
+    char sm_clock[16]; /* the peak SM clock in MHz, "" unknown, "no-gpu" */
 } sweep_t;
 
 /* The sweep's next row: main allocates sw->total of them before the sweep, one per (D, N, causal, stage). */
@@ -624,7 +626,7 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
      * GPUs it ran on: a model, written for every row of a stage that has one (bench/roofline.sh) */
     fprintf(f, "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,tile_read,"
-               "tile_written\n");
+               "tile_written,warmup_ms,gpus,driver,sm_clock_mhz,power_limit_w,torch,cudnn,triton,fa4\n");
     for (size_t i = 0; i < sw->nrows; i++) {
         const row_t *r = &sw->rows[i];
         fprintf(f, "%s,%s,%s,%s,%s,%lld,%lld,%lld,%lld,%d,%s,%s,", gpu, date, sw->c->commit, r->s->id,
@@ -644,8 +646,15 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
         csv_num(f, b.hbm_read, "%.0f");
         csv_num(f, b.hbm_written, "%.0f");
         csv_num(f, b.tile_read, "%.0f");
-        if (isfinite(b.tile_written)) fprintf(f, "%.0f", b.tile_written);
-        fputc('\n', f);
+        csv_num(f, b.tile_written, "%.0f");
+        /* The run's facts, so that a figure taken from the CSV can say how it was measured: the warm-up
+         * asked for, the GPUs the row ran on (stage 10's rows would otherwise pass for one GPU's; 0: a
+         * CPU stage, empty: it did not run), the driver and the peak SM clock. The power limit is
+         * nvidia-smi's, which make bench fills in (report.sh merge --set): "no-gpu" here when none was
+         * used. PyTorch, cuDNN, Triton and FlashAttention-4 are the peers' to record. */
+        fprintf(f, "%g,", sw->c->warmup_ms);
+        if (r->repeats > 0) fprintf(f, "%d", r->gpus);
+        fprintf(f, ",%s,%s,%s,,,,\n", sw->driver, sw->sm_clock, sw->gpu_ok ? "" : "no-gpu");
     }
 }
 
@@ -787,6 +796,14 @@ int main(int argc, char **argv) {
         snprintf(sw.gpu_why, sizeof sw.gpu_why, "this build has no CUDA (" ATTN_NO_CUDA_WHY ")");
     else if (attn_gpu_available() != ATTN_OK) snprintf(sw.gpu_why, sizeof sw.gpu_why, "%s", attn_last_error());
     sw.gpu_ok = !sw.gpu_why[0];
+    snprintf(sw.driver, sizeof sw.driver, "no-gpu");
+    snprintf(sw.sm_clock, sizeof sw.sm_clock, "no-gpu");
+    if (sw.gpu_ok) {
+        const int mhz = attn_gpu_sm_clock_mhz();
+        attn_gpu_driver(sw.driver, sizeof sw.driver);
+        if (mhz > 0) snprintf(sw.sm_clock, sizeof sw.sm_clock, "%d", mhz);
+        else sw.sm_clock[0] = '\0';
+    }
     apply_defaults(&c, sw.gpu_ok);
     if (points_valid(&c) != 0) return 2;
     int rc = csv_try(&c);

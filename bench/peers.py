@@ -9,8 +9,9 @@ Peers (the `stage` column):
   triton_fa2   python/triton_fa2.py, the seed's Triton kernel as written here (when triton imports)
   flash_attn4  flash-attn-4's CuTe DSL kernel, flash_attn.cute.interface.flash_attn_func (when the
                flash-attn-4 package imports; on Hopper it runs its FlashAttention-3-class sm90 path)
-  libfa2, ...  the suite's fast stages as shared libraries, through python/flashattn_stages.py
-               (ctypes), where make has built them: the C kernels timed in this same process
+  flashattn_06 .. flashattn_09  the suite's fast stages by name through its public library,
+               build/libflashattn.so, and python/flashattn_stages.py (ctypes), where make has built
+               it: the C kernels timed in this same process
 (causal: is_causal=True). Inputs are random fp16 [B, H, N, D]. Each point: the first call is the
 warm-up and the memory measurement (torch.cuda.max_memory_allocated after reset_peak_memory_stats,
 minus what was allocated before and minus the outputs; Triton compiles and autotunes in a call
@@ -49,7 +50,8 @@ import time
 import warnings
 
 COLS = ("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,workspace_bytes,"
-        "max_abs_err,check,repeats,l2,note,pass").split(",")
+        "max_abs_err,check,repeats,l2,note,pass,warmup_ms,gpus,driver,sm_clock_mhz,power_limit_w,torch,cudnn,"
+        "triton,fa4").split(",")
 PEERS = ["torch_naive", "sdpa_flash", "sdpa_cudnn"]
 BACKWARD_PEERS = ["sdpa_flash", "sdpa_cudnn", "flash_attn4"]  # the peers whose backward is timed
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -127,12 +129,12 @@ def finite_ms(s):
 
 
 def known_peers():
-    """Every peer name this script knows, whether or not it can run here: the libraries' names come
+    """Every peer name this script knows, whether or not it can run here: the library's stages come
     from python/flashattn_stages.py (no PyTorch needed to ask it)."""
     names = PEERS + OTHER_PEERS
     try:
         import flashattn_stages as fa
-        names += [os.path.basename(fa.library_path(st))[:-3] for st in fa.stages()]
+        names += [library_peer(st) for st in fa.stages()]
     except Exception as e:  # a broken python/: the libraries' names are then not checked here
         log("peers: python/flashattn_stages.py does not import (%s); library peers unchecked" % e)
         return None
@@ -182,7 +184,7 @@ def parse_args(argv):
     ap.add_argument("--min-repeat", type=int_in(1, MAX_REPEAT), default=3, help="timed runs per point, at least")
     ap.add_argument("--max-repeat", type=int_in(1, MAX_REPEAT), default=50, help="timed runs per point, at most")
     ap.add_argument("--check-rows", type=int_in(0, MAX_CHECK_ROWS), default=16)
-    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,libfa2,...")
+    ap.add_argument("--peers", help="a subset of torch_naive,sdpa_flash,sdpa_cudnn,triton_fa2,flash_attn4,flashattn_06,...")
     ap.add_argument("--forward", action=argparse.BooleanOptionalAction, default=True,
                     help="time the peers' forward (default; --no-forward: the backward alone)")
     ap.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True,
@@ -248,15 +250,38 @@ def find_kernels(torch):
     except Exception as e:  # not installed (the usual case), or a broken install
         log("peers: flash_attn4 skipped: %s: %s" % (type(e).__name__, str(e).split("\n")[0]))
     import flashattn_stages as fa
+    path = fa.library_path()
+    if not os.path.exists(path):
+        log("peers: the library's stages skipped: %s is not built (make lib)" % path)
+        return found
     for stage in fa.stages():
-        path = fa.library_path(stage)
-        if os.path.exists(path):
-            found[os.path.basename(path)[:-3]] = (
-                lambda q, k, v, c, s, st=stage: fa.forward(q, k, v, causal=c, scale=s, stage=st))
-        else:
-            log("peers: stage %s's library skipped: %s is not built (make %s)"
-                % (stage, path, os.path.relpath(path, os.path.dirname(HERE))))
+        found[library_peer(stage)] = (
+            lambda q, k, v, c, s, st=stage: fa.forward(q, k, v, causal=c, scale=s, stage=st))
     return found
+
+
+def run_facts(torch, args, kernels):
+    """The run's facts every row records (bench/README.md, "CSV"): the warm-up asked for, one GPU, and
+    the libraries the peers ran on, "-" for one that did not run here. The driver, the SM clock and the
+    power limit are left to attn-bench and make bench (nvidia-smi), which fill the same columns."""
+    from importlib import metadata
+
+    def version(*names):
+        for name in names:
+            try:
+                return metadata.version(name)
+            except Exception:  # not installed under that name (or a broken install's metadata)
+                pass
+        return "-"
+    return dict(warmup_ms="%g" % args.warmup_ms, gpus="1", torch=clean(torch.__version__),
+                cudnn=clean(torch.backends.cudnn.version() or "-"),
+                triton=clean(version("triton") if "triton_fa2" in kernels else "-"),
+                fa4=clean(version("flash-attn-4", "flash_attn_4") if "flash_attn4" in kernels else "-"))
+
+
+def library_peer(stage):
+    """The peer name of a stage run through the public library: flashattn_09."""
+    return "flashattn_" + stage
 
 
 def flash_attn4(fa4, q, k, v, causal, scale):
@@ -288,10 +313,36 @@ def make_fn(torch, peer, q, k, v, causal, scale, kernels):
     return sdpa
 
 
-def check_rows(torch, out, q, k, v, causal, scale, nrows, seed):
-    """Max abs error and pass/fail on sampled rows against a float64 reference. The tolerance is
-    suite/check.c's, with the scores' error bound widened by the fp16 rounding of the naive path's
-    scores: ds = (u16 + u32 (D + 16)) * max_j scale * sum_d |q_d k_jd|."""
+def o_tolerance(got, ref, vmax, sabs, D, n, lo, hi, fp16_scores=False, minimum=min, where=None):
+    """suite/check.c's tolerance of one element of O (its header derives it; u = U16, fp16): tol =
+    2u|ref| + 2u Vmax + 2 ds Vmax + 8 sqrt(n) u32 Vmax + 1e-7 with ds = u32 (D + 16) Sabs, and, where
+    term (c) is its largest part (2 ds > 4u + 8 sqrt(n) u32), the rule of the range: no more than the
+    distance from ref to [lo - w, hi + w] on got's side, w = (4u + 8 sqrt(n) u32 + 5e-9) Vmax + 1e-7,
+    lo and hi the range of V's column over the keys within reach of the row's max (range_of_v).
+    fp16_scores: the path rounds its scores to fp16 before the softmax (torch_naive: q @ k^T in fp16),
+    an error of u16 Sabs that no stage makes, added to ds for it alone. got and ref: floats, or tensors
+    of a row with minimum=torch.minimum and where=torch.where."""
+    ds = (U32 * (D + 16) + (U16 if fp16_scores else 0.0)) * sabs
+    tol = 2 * U16 * abs(ref) + 2 * U16 * vmax + 2 * ds * vmax + 8 * math.sqrt(n) * U32 * vmax + 1e-7
+    if not 2 * ds > 4 * U16 + 8 * math.sqrt(n) * U32:
+        return tol
+    w = (4 * U16 + 8 * math.sqrt(n) * U32 + 5e-9) * vmax + 1e-7
+    edge = (where(got > ref, hi + w - ref, ref - (lo - w)) if where is not None
+            else hi + w - ref if got > ref else ref - (lo - w))
+    return minimum(tol, edge)
+
+
+def range_reach(sabs, D, n, fp16_scores=False):
+    """How far below the row's max score a key counts for the rule of the range (suite/check.c):
+    2 ds (1 + 2^-20) + ln n + 20, ds as o_tolerance's."""
+    ds = (U32 * (D + 16) + (U16 if fp16_scores else 0.0)) * sabs
+    return 2 * ds * (1 + 2.0 ** -20) + math.log(n) + 20
+
+
+def check_rows(torch, out, q, k, v, causal, scale, nrows, seed, fp16_scores=False):
+    """Max abs error and pass/fail on sampled rows against a float64 reference, element by element
+    with suite/check.c's tolerance and its rule of the range (o_tolerance); fp16_scores for the path
+    that rounds its scores to fp16 (torch_naive)."""
     B, H, N, D = q.shape
     rng = random.Random(seed)
     rows = {(0, 0, 0), (B - 1, H - 1, N - 1)}
@@ -310,10 +361,11 @@ def check_rows(torch, out, q, k, v, causal, scale, nrows, seed):
         if not bool(torch.isfinite(got).all()):
             finite = False
             continue
-        sabs = float(((kk.abs() @ qi.abs()) * scale).max())
+        sabs = float(((kk.abs() @ qi.abs()) * abs(scale)).max())
         vmax = float(vv.abs().max())
-        ds = (U16 + U32 * (D + 16)) * sabs
-        tol = 2 * U16 * ref.abs() + 2 * U16 * vmax + 2 * ds * vmax + 8 * math.sqrt(n) * U32 * vmax + 1e-7
+        near = s >= s.max() - range_reach(sabs, D, n, fp16_scores)
+        lo, hi = vv[near].min(0).values, vv[near].max(0).values
+        tol = o_tolerance(got, ref, vmax, sabs, D, n, lo, hi, fp16_scores, torch.minimum, torch.where)
         err = (got - ref).abs()
         max_err = max(max_err, float(err.max()))
         worst = max(worst, float((err / tol).max()))
@@ -522,8 +574,8 @@ def run_point(torch, args, peer, q, k, v, causal, row, kernels, flush):
         outs = out if isinstance(out, tuple) else (out,)  # (O, LSE) from the kernels, O from PyTorch
         extra = max(0, peak - base - sum(x.numel() * x.element_size() for x in outs))
         out = outs[0]
-        ok, max_err, worst, nchecked = check_rows(torch, out, q, k, v, causal, scale,
-                                                   args.check_rows, 1000 + N + D + causal)
+        ok, max_err, worst, nchecked = check_rows(torch, out, q, k, v, causal, scale, args.check_rows,
+                                                   1000 + N + D + causal, fp16_scores=peer == "torch_naive")
         del out, outs
         flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
         if time_point(torch, args, fn, flush, row, flops):
@@ -711,7 +763,8 @@ def main(argv):
         % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), gpu, args.batch,
            args.heads, ",".join(map(str, args.seqs)), ",".join(map(str, args.dims)), args.causal,
            "cold" if flush is not None else "warm", ",".join("%s %s" % r for r in point_runs(args))))
-    rows = sweep(torch, args, kernels, flush, dict(gpu=gpu, date=date, commit=clean(args.commit)))
+    rows = sweep(torch, args, kernels, flush,
+                 dict(gpu=gpu, date=date, commit=clean(args.commit), **run_facts(torch, args, kernels)))
     for r in rows:
         r["l2"] = r["l2"] or "-"
     write_csv(args.csv, [",".join(COLS)] + [",".join(str(r[c]) for c in COLS) for r in rows])

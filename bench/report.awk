@@ -10,7 +10,15 @@
 #   -v mode=compact       TFLOP/s of every stage and peer at one N, speedup over naive PyTorch
 #   -v mode=bcompact      the same for the backward, speedup over stage 11 (no output, exit 3: no
 #                         backward rows)
+#   -v mode=summary       the fast stages against each other and the peers at every (D, causal): the
+#                         range of each ratio over N >= nsplit (default 4096), and the points below it
+#                         where the ratio is under 1 (the top README's block, under the compact table)
 #   -v mode=plotdata -v dir=DIR   data files for gnuplot (report.sh plots)
+# With merge, -v fill='COL=VALUE|COL=VALUE' sets those columns in every row that left them empty: the
+# facts of the run that only make bench's shell knows (the power limit, from nvidia-smi).
+# The run's facts beyond the rows (the last nine columns: warm-up, GPUs, driver, SM clock, power limit,
+# library versions) are shown once above the tables as "Recorded with the run"; a CSV from before them,
+# or a row that left one empty, reads "not recorded" there.
 # Fast stages (compared with the peers): numeric ids >= fast (default 06), so later stages join alone;
 # fast backward stages: ids from fastbwd (default 13) on, a letter after the number allowed (13d), a CPU
 # model (an id ending in m) never. Forward and backward rows never share a panel, a "vs best" or a
@@ -20,7 +28,7 @@ BEGIN {
     FS = ","
     NCOL = split("gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes," \
                  "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,tile_read," \
-                 "tile_written", COL, ",")
+                 "tile_written,warmup_ms,gpus,driver,sm_clock_mhz,power_limit_w,torch,cudnn,triton,fa4", COL, ",")
     if (fast == "") fast = 6
     # the peers a fast stage is set against, and their short labels
     NPEER = split("sdpa_flash sdpa_cudnn triton_fa2 flash_attn4", PEER, " ")
@@ -32,6 +40,13 @@ BEGIN {
     # as torch_naive is the forward's.
     NROAD = split("11 12 13 13d", ROAD, " ")
     BASEBWD = "11"
+    # The stage that runs on several GPUs (its rows' gpus column says how many): named in the run's
+    # facts, as its rows could otherwise pass for one GPU's.
+    MULTIGPU = "10"
+    # The ratios of the summary: "A:B" is B's time over A's (above 1, A is faster)
+    if (pairs == "") pairs = "09:sdpa_cudnn 09:sdpa_flash 09:flash_attn4 09:06 08:07 08:sdpa_cudnn 07:06"
+    if (nsplit == "") nsplit = 4096
+    nfill = split(fill, FILL, "|")
 }
 
 FNR == 1 {
@@ -48,6 +63,10 @@ FILENAME == skipfile || /^[ \t]*$/ || /^#/ { next }
 {
     nr++
     for (k = 1; k <= NCOL; k++) R[nr, COL[k]] = (COL[k] in at) ? $(at[COL[k]]) : ""
+    for (k = 1; k <= nfill; k++) {
+        fc = substr(FILL[k], 1, index(FILL[k], "=") - 1)
+        if (R[nr, fc] == "") R[nr, fc] = substr(FILL[k], index(FILL[k], "=") + 1)
+    }
     if (R[nr, "dtype"] == "") R[nr, "dtype"] = "fp16"
     if (R[nr, "pass"] == "") R[nr, "pass"] = "fwd"  # a CSV from before the column: the forward's
     if (!wellformed(nr)) {
@@ -73,7 +92,7 @@ function wellformed(i,   k, c) {
     for (k = split("B H N D", c, " "); k >= 1; k--) if (R[i, c[k]] !~ /^[0-9]+$/ || R[i, c[k]] + 0 <= 0) return 0
     if (R[i, "causal"] != "" && R[i, "causal"] !~ /^(0|1|True|False|true|false)$/) return 0
     for (k = split("ms tflops extra_bytes workspace_bytes max_abs_err repeats hbm_read hbm_written tile_read " \
-                   "tile_written", c, " "); k >= 1; k--)
+                   "tile_written warmup_ms gpus", c, " "); k >= 1; k--)
         if (R[i, c[k]] != "" && R[i, c[k]] !~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) return 0
     return 1
 }
@@ -253,6 +272,52 @@ function header(   i, first, s, k, skipped, why, any, ran, l2) {
         printf "L2 cache between timed runs: %s.\n\n", ("warm" in l2) && ("cold" in l2) ? "warm and cold rows mixed (the CSV's l2 column says which)" \
             : ("cold" in l2) ? "**cold** (4x the L2 size written before every timed run: `make bench COLD=1`)" \
             : "**warm** (Q, K, V may stay in L2 from one timed run to the next, as in back-to-back calls; `make bench COLD=1` flushes it)"
+    facts()
+}
+
+# The distinct values of column c over the rows (of stage s alone when s is given), in the order met,
+# ", " between them; "-" (no value: a row that did not run) and empty cells left out.
+# unit: after each value but "no GPU" (a merge of a GPU run and a CPU one holds both).
+function values(c, s, unit,   i, v, out, met) {
+    for (i = 1; i <= nr; i++) {
+        v = R[i, c]
+        if (v == "" || v == "-" || (s != "" && R[i, "stage"] != s) || (v in met)) continue
+        met[v] = 1; out = out (out != "" ? ", " : "") (v == "no-gpu" ? "no GPU" : v unit)
+    }
+    return out
+}
+# One fact of the run: what column c holds, in words (unit after it); "not run" where the rows say "-"
+# (a peer's library that was not there), else "not recorded".
+function fact(what, c, unit,   v, i) {
+    v = values(c, "", unit)
+    if (v == "") for (i = 1; i <= nr && R[i, c] != "-"; i++) ;
+    return what " " (v != "" ? v : i <= nr ? "not run" : "not recorded")
+}
+# The run's facts beyond its rows, in one line: what was set (warm-up, L2), where it ran (GPUs per row,
+# driver, SM clock, power limit) and what the peers were (library versions). A CSV written before these
+# columns, or by a writer that could not know one (attn-bench knows no PyTorch, and no power limit but
+# what make bench's nvidia-smi fills in), says "not recorded" for it.
+function facts(   i, l2, w, g, m, lines, b) {
+    b = md ? "**" : ""
+    for (i = 1; i <= nr; i++) if (R[i, "l2"] == "warm" || R[i, "l2"] == "cold") l2[R[i, "l2"]] = 1
+    w = values("warmup_ms", "", "")
+    w = w == "" ? "not recorded" : w == "0" ? "none (1 or 2 untimed runs a point)" \
+        : w " ms of untimed runs before each GPU point's timing"
+    g = values("gpus", "", "")
+    if (g == "0") g = "none (the CPU stages alone ran)"
+    else sub(/^0, |, 0$/, "", g)   # the CPU stages' 0 beside a GPU run's count says nothing more
+    m = values("gpus", MULTIGPU, "")
+    m = m == "" ? "'s GPUs not recorded" : " on " gpus_of(MULTIGPU)
+    for (i = 1; i <= nr && R[i, "stage"] != MULTIGPU; i++) ;
+    g = (g == "" ? "not recorded" : g) (i > nr ? "" : ran(MULTIGPU) ? ", stage " MULTIGPU m : ", stage " MULTIGPU " did not run")
+    for (i = 1; i <= nr && staged(R[i, "stage"]); i++) ;   # a peer's row: the libraries were asked
+    printf "%sRecorded with the run:%s warm-up %s; L2 %s; GPUs a row ran on: %s; %s; %s; %s; %s.\n\n",
+        b, b, w, ("warm" in l2) && ("cold" in l2) ? "warm and cold (mixed)" : ("cold" in l2) ? "cold" : ("warm" in l2) ? "warm" \
+        : values("l2", "", "") == "" && R[1, "l2"] == "-" ? "not used (no GPU row was timed)" : "not recorded",
+        g, fact("driver", "driver", ""), fact("SM clock (the peak the device reports)", "sm_clock_mhz", " MHz"),
+        fact("power limit", "power_limit_w", " W"), (i > nr) ? "PyTorch, cuDNN, Triton, FlashAttention-4: no peer ran" \
+        : fact("PyTorch", "torch", "") ", " fact("cuDNN", "cudnn", "") ", " fact("Triton", "triton", "") ", " \
+          fact("FlashAttention-4", "fa4", "")
 }
 
 function legend(   b) {
@@ -414,8 +479,8 @@ function stage_table(f,   spec, npk, pk, q, k, j, n, i, b, last) {
         }
     }
     if (!last) { printf "report: no rows for stage %s in this CSV\n", f > "/dev/stderr"; exit 1 }
-    printf "Stage %s on **%s** (B=%d, H=%d, %s; date %s, commit `%s`):\n\n", f, R[last, "gpu"], R[last, "B"], R[last, "H"],
-        R[last, "dtype"], R[last, "date"], R[last, "commit"]
+    printf "Stage %s on **%s** (B=%d, H=%d, %s%s; date %s, commit `%s`):\n\n", f, R[last, "gpu"], R[last, "B"], R[last, "H"],
+        R[last, "dtype"], f == MULTIGPU ? "; " gpus_of(f) : "", R[last, "date"], R[last, "commit"]
     tprint()
 }
 
@@ -468,7 +533,7 @@ function compact(k0, k1, bs, base,   k, j, n, N, s, i, spec, cnt, sp) {
         for (k = k0; k <= k1; k++) if ((i = row_at(k, N, series(k0, s))) && R[i, "status"] ~ /^(ok|OOM|FAIL)$/) cnt++
         if (!cnt) continue
         for (k = k0; k <= k1 && !(i = row_at(k, N, series(k0, s))); k++) ;
-        tadd(1, label(i))
+        tadd(1, label(i) (R[i, "stage"] == MULTIGPU ? " (" gpus_of(MULTIGPU) ")" : ""))
         for (k = k0; k <= k1; k++) {
             i = row_at(k, N, series(k0, s))
             sp = i ? speedup(i, base) : -1
@@ -482,6 +547,70 @@ function compact(k0, k1, bs, base,   k, j, n, N, s, i, spec, cnt, sp) {
             BASEBWD, R[i, "gpu"], R[i, "date"], R[i, "commit"]
     else printf "**TFLOP/s at N = %d** (B=%d, H=%d, %s; in brackets: the speedup over naive PyTorch) on **%s**, " \
         "date %s, commit `%s`:\n\n", N, R[i, "B"], R[i, "H"], R[i, "dtype"], R[i, "gpu"], R[i, "date"], R[i, "commit"]
+    tprint()
+}
+
+# 1 when some row of stage s ran (timed, or FAILed its check).
+function ran(s,   i) {
+    for (i = 1; i <= nr; i++) if (R[i, "stage"] == s && R[i, "status"] ~ /^(ok|FAIL)$/) return 1
+    return 0
+}
+
+# How many GPUs stage s's rows ran on, in words ("1 GPU", "2 GPUs", "GPUs not recorded").
+function gpus_of(s,   v) {
+    v = values("gpus", s, "")
+    return v == "" ? "GPUs not recorded" : v " GPU" (v == "1" ? "" : "s")
+}
+
+# The short name of a series in the summary: a peer's label (cuDNN, FA2), a stage's id.
+function short(s) { return (s in LABEL) ? LABEL[s] : s }
+
+# The summary: for each pair "a:b" of pairs whose both sides have forward rows, b's time over a's (a's
+# speed over b's) at every forward (D, causal): the range over N >= nsplit in that panel's column, and
+# in the last column the points below nsplit where it is under 1 (b faster there), with their range.
+function summary(   np2, P, q, a, b, k, j, n, i, i2, r, lo, hi, under, ulo, uhi, unum, uall, spec, c, any, uk) {
+    np2 = split(pairs, P, " ")
+    spec = "ratio<"
+    for (k = 1; k <= nfp; k++) spec = spec sprintf("|D=%d%s, N >= %d>", R[prow[k], "D"], R[prow[k], "causal"] ? " causal" : "", nsplit)
+    spec = spec "|N < " nsplit ": under 1 at<"
+    tnew(spec)
+    for (q = 1; q <= np2; q++) {
+        a = substr(P[q], 1, index(P[q], ":") - 1); b = substr(P[q], index(P[q], ":") + 1)
+        if (!(a in fwdstage) || !(b in fwdstage)) continue
+        split("", lo); split("", hi); under = ""; unum = uall = 0; ulo = ""; uhi = ""; any = 0; uk = 0
+        for (k = 1; k <= nfp; k++) for (j = 1; j <= pn[order[k]]; j++) {
+            n = pN[order[k], j]; i = row_at(k, n, a); i2 = row_at(k, n, b)
+            if (!i || !i2 || !ok(i) || !ok(i2)) continue
+            r = R[i2, "ms"] / R[i, "ms"]; any = 1
+            if (n >= nsplit) {
+                if (!(k in lo) || r < lo[k]) lo[k] = r
+                if (!(k in hi) || r > hi[k]) hi[k] = r
+                continue
+            }
+            uall++
+            if (r >= 1) continue
+            unum++
+            if (ulo == "" || r < ulo) ulo = r
+            if (uhi == "" || r > uhi) uhi = r
+            # the points grouped by panel: "D=64: N=512, 1024; D=128 causal: N=512"
+            under = under (k == uk ? ", " : (under != "" ? "; " : "") sprintf("D=%d%s: N=", R[prow[k], "D"], R[prow[k], "causal"] ? " causal" : "")) n
+            uk = k
+        }
+        if (!any) continue
+        tadd(1, a " / " short(b))
+        for (k = 1; k <= nfp; k++)
+            tadd(k + 1, !(k in lo) ? "-" : lo[k] == hi[k] || sprintf("%.3f", lo[k]) == sprintf("%.3f", hi[k]) ? sprintf("%.3f", lo[k]) \
+                                       : sprintf("%.3f-%.3f", lo[k], hi[k]))
+        c = !uall ? "-" : !unum ? sprintf("none of %d", uall) \
+            : sprintf("%s %d: %s (%s)", unum == uall ? "all" : unum " of", uall, under,
+                      ulo == uhi ? sprintf("%.3f", ulo) : sprintf("%.3f-%.3f", ulo, uhi))
+        tadd(nfp + 2, c)
+    }
+    if (!trows) return
+    i = prow[1]
+    printf "**Speed ratios in this run** (A / B: B's time over A's; above 1, A is faster; B=%d, H=%d, %s): each " \
+        "(D, causal) column the range over N >= %d, the last column the points below that where A is slower:\n\n",
+        R[i, "B"], R[i, "H"], R[i, "dtype"], nsplit
     tprint()
 }
 
@@ -536,5 +665,7 @@ END {
     else if (mode == "compact") { if (nfp) compact(1, nfp, "torch_naive", basetorch) }
     else if (mode == "bcompact") { if (nfp == np) exit 3; compact(nfp + 1, np, BASEBWD, basebwd) }
     else if (mode == "plotdata") plotdata()
+    else if (mode == "summary") { if (nfp) summary() }
+    else if (mode == "facts") facts()
     else { printf "report: unknown mode '%s'\n", mode > "/dev/stderr"; exit 2 }
 }

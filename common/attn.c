@@ -23,8 +23,13 @@ attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int c
     p.causal = causal ? 1 : 0;
     p.scale = D > 0 ? (float)(1.0 / sqrt((double)D)) : 1.0f;
     p.dtype = ATTN_F16;
+    p.H_kv = H;
+    p.N_k = N;
+    p.cu_seqlens_q = p.cu_seqlens_k = NULL;
     return p;
 }
+
+float attn_exp2_scale(float scale) { return fmaxf(fabsf(scale) * ATTN_LOG2E, FLT_MIN); }
 
 attn_status attn_problem_validate(const attn_problem *p) {
     if (p->B < 1 || p->B > ATTN_MAX_B)

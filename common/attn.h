@@ -1,6 +1,8 @@
 /*
- * attn.h: the problem every stage solves, the status codes every library function returns, and the
- * last-error message that goes with a failing status.
+ * attn.h: what the suite adds around the problem and the status codes of the public library
+ * (lib/flashattn.h: attn_problem, attn_status, attn_dtype, attn_last_error, one definition of each):
+ * the problem's bounds and sizes, the last-error message a failing status leaves, and the constants of
+ * the base-2 exponent.
  *
  * Contract (shared by all stages):
  *   Q, K, V, O  contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
@@ -16,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flashattn.h" /* attn_status, attn_dtype, attn_problem: the public library's, one of each */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,28 +30,20 @@ extern "C" {
 #define ATTN_MAX_H (1 << 20)
 #define ATTN_MAX_N (1 << 24)
 
-typedef enum { ATTN_F16 = 0, ATTN_BF16 = 1 } attn_dtype;
-#define ATTN_DTYPE_BIT(t) (1u << (t))
+#define ATTN_DTYPE_BIT(t) (1u << (t)) /* an attn_dtype in a set of them (attn_stage.dtypes) */
 
-typedef enum {
-    ATTN_OK = 0,
-    ATTN_EINVAL = 1,       /* a bad argument: shape, scale, flag */
-    ATTN_EUNSUPPORTED = 2, /* a valid problem this stage does not take (head dim, dtype) */
-    ATTN_ENOMEM = 3,       /* not enough host or device memory */
-    ATTN_ENODEV = 4,       /* no GPU, no driver, or built without CUDA */
-    ATTN_ECUDA = 5,        /* a CUDA call or a kernel launch failed */
-    ATTN_EIO = 6,          /* a file could not be read or written, or is malformed */
-} attn_status;
+/* log2(e) and ln(2), the one definition of each: the kernels and the CPU models exponentiate in base
+ * 2 (exp(x) = 2^(x log2 e), ex2.approx on the GPU) and turn a base-2 max back into the natural-log LSE
+ * (m ln 2). Floats, as every kernel multiplies in float32. */
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.69314718055994531f
 
-typedef struct {
-    int64_t B, H, N, D;
-    int causal;      /* 1: query i sees keys 0..i */
-    float scale;     /* multiplies q . k; 1/sqrt(D) by default */
-    attn_dtype dtype;
-} attn_problem;
+/* The multiplier of the exponent in stages 06-09 and 06m: |scale| * log2(e), at least FLT_MIN. A
+ * negative scale runs as -Q with |scale| (the row max stays the max); scale = 0 (uniform attention)
+ * runs as FLT_MIN: every |s| * FLT_MIN < 2^-60 and 2^x rounds to exactly 1, as 2^0 would, and a positive
+ * multiplier keeps -inf * it = -inf for the mask. The one place this is derived. */
+float attn_exp2_scale(float scale);
 
-/* Fills a problem with the default scale 1/sqrt(D) and fp16. */
-attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int causal);
 /* ATTN_OK, or ATTN_EINVAL with a message naming the field and its allowed range. */
 attn_status attn_problem_validate(const attn_problem *p);
 
@@ -57,7 +53,6 @@ int64_t attn_rows(const attn_problem *p);      /* B*H*N   */
 double attn_flops(const attn_problem *p);
 const char *attn_dtype_name(attn_dtype t);
 
-const char *attn_status_name(attn_status s);
 /* Formats the thread's last error message (printf-style, up to 8191 bytes) and returns s, so that
  * callers can write `return attn_fail(ATTN_EINVAL, "--seq must be ...")`. The arguments may include
  * attn_last_error() itself, to prefix a reason with context: the text is formatted aside first. */
@@ -66,7 +61,6 @@ attn_status attn_fail(attn_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-const char *attn_last_error(void);
 void attn_clear_error(void);
 
 /* malloc for the host buffers of the library and the front end, with a fault injector for the

@@ -1,8 +1,8 @@
 /*
  * device_sm.h: the current device's compute capability as one number (90 for an H100 or H200), asked
- * by the registry before build/attn runs a stage (gpu.c) and by the stage libraries of 07-09
- * (hop_check_device, hopper_host.c), so that a library caller on another GPU is told so instead of
- * getting a launch or shared-memory error.
+ * by the registry before build/attn runs a stage (gpu.c) and by the public library (lib/flashattn.c,
+ * and hop_check_device in hopper_host.c), so that a library caller on another GPU is told so instead
+ * of getting a launch or shared-memory error.
  *
  * ATTN_FAKE_SM=75 (a test hook) makes the device answer as an sm_75 would, in both places: how an
  * H200 shows the refusal a T4, A100 or V100 user gets (nothing else changes; kernels that do run,

@@ -24,8 +24,6 @@
 #include "hopper_host.h"
 #include "hopper_pipeline.cuh"
 
-#define HOP_LN2 0.69314718055994531f
-
 static __host__ __device__ constexpr int hop_tile_bytes(int rows, int d) { return rows * d * 2; }
 
 /* Which head and which row tile this block computes (grid_order.h: a head's row tiles together;
@@ -261,7 +259,7 @@ static __device__ __forceinline__ float hop_row_sum_l(float l) {
     return l + __shfl_xor_sync(0xffffffffu, l, 2);
 }
 static __device__ __forceinline__ float hop_lse(const hop_attn_params *p, float m, float l) {
-    return l > 0.f ? m * p->scale_log2 * HOP_LN2 + logf(l) : -INFINITY;
+    return l > 0.f ? m * p->scale_log2 * ATTN_LN2 + logf(l) : -INFINITY;
 }
 static __device__ __forceinline__ void hop_store_lse(const hop_attn_params *p, int64_t bh, int row, float m,
                                                      float l) {

@@ -103,7 +103,7 @@ attn_status hop_attn_setup(hop_attn_params *kp, const attn_problem *p, const att
     kp->lse = a->lse;
     kp->bh = bh;
     kp->n = (int)p->N;
-    kp->scale_log2 = fmaxf(fabsf(p->scale) * 1.4426950408889634f, FLT_MIN);
+    kp->scale_log2 = attn_exp2_scale(p->scale);
     kp->negate_q = p->scale < 0.f;
     return ATTN_OK;
 }

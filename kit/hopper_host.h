@@ -51,16 +51,15 @@ typedef struct {
 
 /* The Hopper stages' limits: D 64, 128 or 256 and N <= 2^30 (one head's shape), B*H <= 2^31 (the heads;
  * B*H*N*D already known to fit in 64 bits). ATTN_EUNSUPPORTED naming the argument and the value ("D: head
- * dim must be 64, 128 or 256 (got 32)"). hop_attn_setup asks both; the stage libraries ask them before
- * any CUDA call, the head's shape before the 64-bit overflow check and the heads after it, the order
- * of fa2_forward (stage_lib.c). */
+ * dim must be 64, 128 or 256 (got 32)"). hop_attn_setup asks both; the public library asks
+ * hop_check_limits before any CUDA call (lib/flashattn.c). */
 attn_status hop_check_head_shape(int64_t N, int64_t D);
 attn_status hop_check_heads(int64_t bh);
 attn_status hop_check_limits(int64_t B, int64_t H, int64_t N, int64_t D);
 
 /* ATTN_EUNSUPPORTED unless the current device is an sm_90 GPU ("device: ... (got sm_80)"), ATTN_ECUDA
  * when it cannot be asked. The registry refuses such a GPU before build/attn runs a stage (gpu.c); the
- * stage libraries ask this (stage_lib.h), as their callers would otherwise see a shared-memory or
+ * public library asks this (lib/flashattn.c), as its callers would otherwise see a shared-memory or
  * launch error. ATTN_FAKE_SM applies. */
 attn_status hop_check_device(void);
 

@@ -61,7 +61,6 @@
 #define TILE_KEYS (TILE_BC / TILE_TX) /* 4 keys per thread */
 #define TILE_PAD 4      /* floats of padding per shared-memory row (see the bank note above) */
 #define TILE_PS (TILE_BC + TILE_PAD)  /* row stride of the P tile */
-#define TILE_LOG2E 1.4426950408889634f
 
 /* The K buffer also holds P (64 rows of Bc + 4 floats), so it is the larger of the two sizes. */
 #define TILE_QS(D) ((D) + TILE_PAD) /* row stride of the Q, K and V tiles */

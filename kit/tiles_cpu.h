@@ -35,9 +35,6 @@
 #include "half.h"
 #include "stage.h"
 
-#define CPU_LOG2E 1.4426950408889634f /* log2(e), as TILE_LOG2E and FA2_LOG2E */
-#define CPU_LN2 0.69314718055994531f
-
 /* One head of the problem, as a row-tile function sees it. */
 typedef struct {
     const uint16_t *q, *k, *v; /* this head's [N, D] */

@@ -1,9 +1,8 @@
 /*
  * device_memory.h: may a kernel on the current device read and write these pointers? Device memory of
  * the current device, or managed memory: yes. Host memory (malloc, or cudaMallocHost) would fault in
- * the kernel or be read over the bus; another device's memory likewise. Used by stage 06's fa2_forward
- * (fa2_api.cu) and by the stage libraries' NAME_forward (stage_lib.c), so that both ask the runtime
- * the same questions and refuse in the same words; each maps the verdict to its own status.
+ * the kernel or be read over the bus; another device's memory likewise. Asked by the public library
+ * (flashattn.c) before it runs a stage.
  */
 #ifndef ATTN_DEVICE_MEMORY_H
 #define ATTN_DEVICE_MEMORY_H
@@ -33,13 +32,16 @@ typedef struct {
     cudaError_t error; /* for ATTN_MEMORY_NO_ANSWER: the runtime's error */
 } attn_memory_report;
 
-/* The reason for ATTN_MEMORY_NO_ANSWER, given the runtime's error. Without a GPU or its driver the
+/* Whether the runtime's error means there is no GPU (or no driver), and the reason for
+ * ATTN_MEMORY_NO_ANSWER given that error. Without a GPU or its driver the
  * runtime's own text, which the callers append, is "CUDA driver version is insufficient for CUDA runtime
  * version" (cudaErrorInsufficientDriver: no driver counts as an old one); read alone, it asked for a
  * driver update on a machine with no GPU (issue 58). Such a refusal says "no CUDA device" first. */
+static inline int attn_memory_no_device(cudaError_t e) {
+    return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+}
 static inline const char *attn_memory_no_answer_why(cudaError_t e) {
-    return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ATTN_MEMORY_NO_DEVICE_WHY
-                                                                      : ATTN_MEMORY_NO_ANSWER_WHY;
+    return attn_memory_no_device(e) ? ATTN_MEMORY_NO_DEVICE_WHY : ATTN_MEMORY_NO_ANSWER_WHY;
 }
 
 /* ptr[0..n-1], NULL entries skipped (an optional output). The runtime is left without an error: a

@@ -1,4 +1,4 @@
-"""flashattn_stages: the suite's fast stages, called from Python through ctypes.
+"""flashattn_stages: the suite's public library, libflashattn, called from Python through ctypes.
 
     import torch, sys; sys.path.insert(0, "python")
     import flashattn_stages as fa
@@ -9,18 +9,20 @@
 O = softmax(scale * Q K^T [+ causal mask]) V and LSE, the natural-log log-sum-exp of each query row's
 scaled scores (float32 [B, H, N]), as every stage of the suite defines them; backward() turns O, LSE
 and dO = dLoss/dO into dQ, dK and dV (stage 13, FlashAttention-2's Algorithm 2 on tensor cores).
-attention() is both as one torch.autograd.Function: the fastest forward stage the GPU runs
-(attention_stages()), then stage 13 (13d with deterministic=True). The work is queued on the current
-CUDA stream (torch.cuda.current_stream()) and not waited for, like any PyTorch kernel.
+forward() runs, unless stage= names one, the stage the library picks: the fastest this GPU runs for
+the problem (09 on an H100 or H200 at D = 64, 128, 256; else 06), the C library's own choice
+(attn_forward in lib/flashattn.h), which forward_stage() reports. attention() is both passes as one
+torch.autograd.Function. The work is queued on the current CUDA stream (torch.cuda.current_stream())
+and not waited for, like any PyTorch kernel.
 
-No compiled extension: `make build/libfa2.so` builds stage 06 as a shared library (python/python.mk),
-`make shared-libs` every library, and this module loads them with ctypes. Inputs are PyTorch tensors,
-or any object with __cuda_array_interface__ (fp16 only, since that interface has no bf16 type string)
-together with out= (and, for backward(), workspace=); outputs must not be read-only. Their stream=
-defaults to 0, the legacy default stream. The head dim D must be one the stage takes (STAGES and
-BACKWARD_STAGES below). Bad arguments raise ValueError or TypeError naming the argument, before
-anything is allocated or runs; a CUDA failure raises RuntimeError.
-FLASHATTN_LIB_DIR overrides the folder of the .so files (default: build/ beside this folder).
+No compiled extension: `make lib` builds build/libflashattn.so (lib/flashattn.mk) and this module
+loads it with ctypes. Inputs are PyTorch tensors, or any object with __cuda_array_interface__ (fp16
+only, since that interface has no bf16 type string) together with out= (and, for backward(),
+workspace=); outputs must not be read-only. Their stream= defaults to 0, the legacy default stream.
+The head dim D must be one a stage takes (STAGES and BACKWARD_STAGES below). Bad arguments raise
+ValueError or TypeError naming the argument, before anything is allocated or runs; a CUDA failure, or
+no GPU, raises RuntimeError.
+FLASHATTN_LIB_DIR overrides the folder of libflashattn.so (default: build/ beside this folder).
 """
 import ctypes
 import math
@@ -29,101 +31,155 @@ import operator
 import os
 import sys
 
-__all__ = ["forward", "backward", "attention", "attention_stages", "stages", "library_path"]
+__all__ = ["forward", "backward", "attention", "forward_stage", "stages", "library_path"]
 
-# Stage id -> (shared library, C prefix, head dims D, GPU): the library exports PREFIX_forward and
-# PREFIX_status_string with the signatures of lib/fa2.h, and PREFIX_last_error if it has one.
-# Head dims and GPUs as the C side states them: stage 06 in lib/fa2.h (fa2_forward's D; checked
-# in fa2_api.cu), stages 07-09 in lib/stage_lib.h ("the head dim is 64, 128 or 256"), their
-# 0N_*/stageNN.h and suite/registry.c (dims_hopper, SM90_ONLY). forward() refuses another D before
-# anything is allocated or loaded; python/README.md has the same table.
-# A later fast stage adds one line here and one $(eval ...) line in python/python.mk.
+# Stage id -> (head dims D, GPU), as the C side states them: stage 06 in 06_fa2_full/stage06.h
+# (STAGE06_DIMS_TEXT), stages 07-09 in kit/hopper_host.c (hop_check_head_shape) and suite/registry.c
+# (dims_hopper, SM90_ONLY); test_head_dims_agree_with_the_registry keeps the two from drifting.
+# forward() refuses another D before anything is allocated or loaded; python/README.md has the table.
 STAGES = {
-    "06": ("libfa2.so", "fa2", (32, 64, 96, 128, 256), "sm_80 or newer"),
-    "07": ("libtma_wgmma.so", "tma_wgmma", (64, 128, 256), "sm_90 (H100, H200) only"),
-    "08": ("libwarp_specialized.so", "warp_specialized", (64, 128, 256), "sm_90 (H100, H200) only"),
-    "09": ("liboverlap.so", "overlap", (64, 128, 256), "sm_90 (H100, H200) only"),
+    "06": ((32, 64, 96, 128, 256), "sm_80 or newer"),
+    "07": ((64, 128, 256), "sm_90 (H100, H200) only"),
+    "08": ((64, 128, 256), "sm_90 (H100, H200) only"),
+    "09": ((64, 128, 256), "sm_90 (H100, H200) only"),
 }
 
-# The backward, stage 13 (lib/backward_lib.h, 13_backward_fa2/backward_fa2.h, suite/registry.c): one
-# library for both of its modes, 13 (dQ summed by atomic adds) and 13d (in a fixed order: bitwise
-# repeatable), which backward(deterministic=...) picks. Same fields as STAGES.
+# The backward, stage 13 (13_backward_fa2/backward_fa2.h): 13 (dQ summed by atomic adds) and 13d (in a
+# fixed order: bitwise repeatable), which backward(deterministic=...) picks. Same fields as STAGES.
 BACKWARD_STAGES = {
-    "13": ("libbackward_fa2.so", "backward_fa2", (32, 64, 96, 128), "sm_80 or newer"),
-    "13d": ("libbackward_fa2.so", "backward_fa2", (32, 64, 96, 128), "sm_80 or newer"),
+    "13": ((32, 64, 96, 128), "sm_80 or newer"),
+    "13d": ((32, 64, 96, 128), "sm_80 or newer"),
 }
 
-_DTYPES = {"fp16": 0, "bf16": 1}   # fa2_dtype
-MAX_SCALE = 2.3e38                  # fa2.h's FA2_MAX_SCALE, lib/stage_lib.h's ATTN_LIB_MAX_SCALE
-_STATUS = {1: ValueError, 2: ValueError, 3: RuntimeError}  # EINVAL, EUNSUPPORTED, ECUDA
-_libs = {}
+LIBRARY = "libflashattn.so"
+_DTYPES = {"fp16": 0, "bf16": 1}   # attn_dtype
+MAX_SCALE = 2.3e38                  # flashattn.h's ATTN_MAX_SCALE
+# attn_status: EINVAL, EUNSUPPORTED, ENOMEM, ENODEV, ECUDA
+_STATUS = {1: ValueError, 2: ValueError, 3: MemoryError, 4: RuntimeError, 5: RuntimeError}
+_libs = []
 
 
 def stages():
-    """The stage ids this module knows, in order."""
+    """The forward stage ids the library runs by name, in order."""
     return sorted(STAGES)
 
 
 def _check_stage(stage):
     # a str test first: `[] in STAGES` raises "unhashable type", naming nothing
-    if not isinstance(stage, str) or stage not in STAGES:
-        raise ValueError("stage must be one of %s (got %r)" % (", ".join(stages()), stage))
+    if stage is not None and (not isinstance(stage, str) or stage not in STAGES):
+        raise ValueError("stage must be None (the library's choice) or one of %s (got %r)"
+                         % (", ".join(stages()), stage))
 
 
-def library_path(stage="06"):
-    """Where the shared library of `stage` (a forward stage, or "13" / "13d") is expected."""
-    if isinstance(stage, str) and stage in BACKWARD_STAGES:
-        name = BACKWARD_STAGES[stage][0]
-    else:
-        _check_stage(stage)
-        name = STAGES[stage][0]
+def library_path():
+    """Where libflashattn.so is expected."""
     here = os.path.dirname(os.path.abspath(__file__))
     folder = os.environ.get("FLASHATTN_LIB_DIR") or os.path.join(os.path.dirname(here), "build")
-    return os.path.join(folder, name)
+    return os.path.join(folder, LIBRARY)
 
 
-def _open(stage):
-    """The library of `stage`, opened, with its status_string and last_error typed."""
-    path = library_path(stage)
-    if not os.path.exists(path):
-        raise FileNotFoundError("%s not found: build it with `make %s` in the repository root"
-                                % (path, os.path.join("build", os.path.basename(path))))
-    lib = ctypes.CDLL(path)
-    prefix = (STAGES.get(stage) or BACKWARD_STAGES[stage])[1]
-    status = getattr(lib, prefix + "_status_string")
-    status.argtypes, status.restype = [ctypes.c_int], ctypes.c_char_p
-    last = getattr(lib, prefix + "_last_error", None)
-    if last is not None:
-        last.argtypes, last.restype = [], ctypes.c_char_p
-    return lib, status, last, prefix
+# ---- the C interface (lib/flashattn.h) as ctypes structures ----------------------------------------
+# Their layout repeats the header's; test_the_structures_match_the_header compiles the header and
+# compares every offset.
+
+class _Problem(ctypes.Structure):
+    _fields_ = [("B", ctypes.c_int64), ("H", ctypes.c_int64), ("N", ctypes.c_int64), ("D", ctypes.c_int64),
+                ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("dtype", ctypes.c_int),
+                ("H_kv", ctypes.c_int64), ("N_k", ctypes.c_int64),
+                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p)]
 
 
-def _load(stage):
-    if stage in _libs:
-        return _libs[stage]
-    lib, status, last, prefix = _open(stage)
-    fwd = getattr(lib, prefix + "_forward")
-    fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_float,
-                                                                      ctypes.c_int, ctypes.c_void_p]
-    fwd.restype = ctypes.c_int
-    _libs[stage] = (fwd, status, last, prefix)
-    return _libs[stage]
+class _Tensor(ctypes.Structure):   # strides 0: contiguous
+    _fields_ = [("data", ctypes.c_void_p), ("stride_b", ctypes.c_int64), ("stride_h", ctypes.c_int64),
+                ("stride_n", ctypes.c_int64)]
 
 
-def _load_backward():
-    """backward_fa2_backward and backward_fa2_workspace_bytes (lib/backward_lib.h), typed."""
-    if "13" in _libs:
-        return _libs["13"]
-    lib, status, last, prefix = _open("13")
-    bwd = getattr(lib, prefix + "_backward")
-    bwd.argtypes = [ctypes.c_void_p] * 10 + [ctypes.c_size_t] + [ctypes.c_int64] * 4 + [
-        ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    bwd.restype = ctypes.c_int
-    size = getattr(lib, prefix + "_workspace_bytes")
-    size.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
-    size.restype = ctypes.c_int
-    _libs["13"] = (bwd, size, status, last, prefix)
-    return _libs["13"]
+class _ForwardArgs(ctypes.Structure):
+    _fields_ = [("p", _Problem), ("q", _Tensor), ("k", _Tensor), ("v", _Tensor), ("o", _Tensor),
+                ("lse", ctypes.c_void_p)]
+
+
+class _BackwardArgs(ctypes.Structure):
+    _fields_ = [("p", _Problem), ("q", _Tensor), ("k", _Tensor), ("v", _Tensor), ("o", _Tensor),
+                ("d_o", _Tensor), ("lse", ctypes.c_void_p), ("dq", _Tensor), ("dk", _Tensor),
+                ("dv", _Tensor), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+                ("deterministic", ctypes.c_int)]
+
+
+def _problem(B, H, N, D, causal, scale, dtype):
+    """attn_problem_make's fields, with H_kv = H and N_k = N: what the stages take today."""
+    return _Problem(B, H, N, D, causal, scale, dtype, H, N, None, None)
+
+
+class _Library:
+    """libflashattn.so, opened, its functions typed; each call takes and returns plain Python values."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        self.lib = lib
+        for name, args in (("attn_forward", [ctypes.POINTER(_ForwardArgs), ctypes.c_char_p, ctypes.c_void_p]),
+                           ("attn_backward", [ctypes.POINTER(_BackwardArgs), ctypes.c_char_p, ctypes.c_void_p]),
+                           ("attn_forward_stage", [ctypes.POINTER(_ForwardArgs), ctypes.c_char_p,
+                                                   ctypes.POINTER(ctypes.c_char_p)]),
+                           ("attn_backward_workspace_bytes", [ctypes.POINTER(_BackwardArgs), ctypes.c_char_p,
+                                                              ctypes.POINTER(ctypes.c_size_t)])):
+            getattr(lib, name).argtypes, getattr(lib, name).restype = args, ctypes.c_int
+        lib.attn_status_name.argtypes, lib.attn_status_name.restype = [ctypes.c_int], ctypes.c_char_p
+        lib.attn_last_error.argtypes, lib.attn_last_error.restype = [], ctypes.c_char_p
+
+    @staticmethod
+    def _stage(stage):
+        return None if stage is None else stage.encode()
+
+    def forward(self, q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream, stage):
+        a = _ForwardArgs(_problem(B, H, N, D, causal, scale, dtype), _Tensor(q), _Tensor(k), _Tensor(v),
+                         _Tensor(o), lse)
+        return self.lib.attn_forward(ctypes.byref(a), self._stage(stage), stream)
+
+    def forward_stage(self, B, H, N, D, causal, scale, dtype, lse, stage):
+        """(status, the stage attn_forward would run) for a problem; lse: whether one is written."""
+        a = _ForwardArgs(_problem(B, H, N, D, causal, scale, dtype), lse=1 if lse else None)
+        got = ctypes.c_char_p()
+        st = self.lib.attn_forward_stage(ctypes.byref(a), self._stage(stage), ctypes.byref(got))
+        return st, got.value.decode() if st == 0 else None
+
+    @staticmethod
+    def _backward_args(ptrs, ws_bytes, B, H, N, D, causal, scale, dtype, deterministic):
+        """ptrs: q, k, v, o, lse, do, dq, dk, dv, workspace"""
+        q, k, v, o, lse, do, dq, dk, dv, ws = ptrs
+        return _BackwardArgs(_problem(B, H, N, D, causal, scale, dtype), _Tensor(q), _Tensor(k), _Tensor(v),
+                             _Tensor(o), _Tensor(do), lse, _Tensor(dq), _Tensor(dk), _Tensor(dv), ws, ws_bytes,
+                             deterministic)
+
+    def backward(self, q, k, v, o, lse, do, dq, dk, dv, ws, ws_bytes, B, H, N, D, causal, scale, dtype,
+                 deterministic, stream, stage=None):
+        a = self._backward_args((q, k, v, o, lse, do, dq, dk, dv, ws), ws_bytes, B, H, N, D, causal, scale,
+                                dtype, deterministic)
+        return self.lib.attn_backward(ctypes.byref(a), self._stage(stage), stream)
+
+    def workspace_bytes(self, B, H, N, D, deterministic, stage=None):
+        """(status, bytes) of the scratch attn_backward needs for the problem."""
+        a = self._backward_args((None,) * 10, 0, B, H, N, D, 0, 1.0, 0, deterministic)
+        n = ctypes.c_size_t(0)
+        st = self.lib.attn_backward_workspace_bytes(ctypes.byref(a), self._stage(stage), ctypes.byref(n))
+        return st, n.value
+
+    def status_name(self, st):
+        return self.lib.attn_status_name(st).decode()
+
+    def last_error(self):
+        return self.lib.attn_last_error().decode()
+
+
+def _load():
+    """The library, opened once."""
+    if not _libs:
+        path = library_path()
+        if not os.path.exists(path):
+            raise FileNotFoundError("%s not found: build it with `make lib` in the repository root (a CUDA build)"
+                                    % path)
+        _libs.append(_Library(path))
+    return _libs[0]
 
 
 class _Arg:
@@ -226,12 +282,19 @@ def _causal(causal):
     return _flag(causal, "causal")
 
 
+def _forward_dims():
+    """The head dims some forward stage takes: those of forward(stage=None)."""
+    return tuple(sorted(set(d for dims, _ in STAGES.values() for d in dims)))
+
+
 def _head_dim(D, stage):
-    dims = (STAGES.get(stage) or BACKWARD_STAGES[stage])[2]
+    """stage: a forward stage, None (the library's choice among the forward stages), "13" or "13d"."""
+    dims = _forward_dims() if stage is None else (STAGES.get(stage) or BACKWARD_STAGES[stage])[0]
     if D not in dims:
-        what = "the backward (stage %s)" % stage if stage in BACKWARD_STAGES else "stage %s" % stage
-        raise ValueError("D (q's last dim) = %d is unsupported by %s: its head dims are %s"
-                         % (D, what, ", ".join(map(str, dims))))
+        what = ("the backward (stage %s)" % stage if stage in BACKWARD_STAGES
+                else "stage %s" % stage if stage else "every forward stage")
+        raise ValueError("D (q's last dim) = %d is unsupported by %s: %s head dims are %s"
+                         % (D, what, "their" if stage is None else "its", ", ".join(map(str, dims))))
 
 
 def _scale(scale, D):
@@ -314,11 +377,11 @@ def _check(q, k, v, out, scale, stage, causal):
     causal = _causal(causal)
     if out is not None:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError("out must be a pair (o, lse); lse may be None for stage 06")
+            raise TypeError("out must be a pair (o, lse); lse may be None for stage 06 or stage=None")
         o = _Arg(out[0], "out[0] (o)")
         o.expect(a[0].shape, (a[0].dtype,), "%s, q's shape and dtype" % list(a[0].shape))
-        if out[1] is None and stage != "06":
-            raise ValueError("out[1] (lse) is needed for stage %s: its library always writes the LSE" % stage)
+        if out[1] is None and stage not in (None, "06"):
+            raise ValueError("out[1] (lse) is needed for stage %s: it always writes the LSE" % stage)
         lse = None if out[1] is None else _Arg(out[1], "out[1] (lse)")
         if lse is not None:
             lse.expect([B, H, N], ("fp32",), "[%d, %d, %d] float32" % (B, H, N), align=4)
@@ -330,19 +393,20 @@ def _check(q, k, v, out, scale, stage, causal):
     return a, scale, causal
 
 
-def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None):
+def forward(q, k, v, causal=False, scale=None, stage=None, out=None, stream=None):
     """O and LSE of attention over q, k, v ([B, H, N, D], one 16-bit dtype, contiguous, one CUDA
-    device; D one of the stage's head dims, STAGES[stage][2]). causal: True or 1, query i sees keys
-    0..i; False or 0, every key (no other value). scale: any real number, default 1/sqrt(D); finite
-    with |scale| <= MAX_SCALE, 0 is uniform attention. out=(o, lse): write there (lse may be None for
-    stage 06 only) instead of new tensors. stream: a cudaStream_t as an int, or a torch.cuda.Stream;
-    default: torch's current stream on q's device when q is a torch tensor, else 0, the legacy default
-    stream. Returns (o, lse)."""
+    device). stage: None, the library's choice (the fastest stage this GPU runs for the problem:
+    forward_stage() says which), or one of STAGES, whose head dims D must include q's. causal: True or
+    1, query i sees keys 0..i; False or 0, every key (no other value). scale: any real number, default
+    1/sqrt(D); finite with |scale| <= MAX_SCALE, 0 is uniform attention. out=(o, lse): write there (lse
+    may be None for stage 06 or None: then no stage that always writes it is chosen) instead of new
+    tensors. stream: a cudaStream_t as an int, or a torch.cuda.Stream; default: torch's current stream
+    on q's device when q is a torch tensor, else 0, the legacy default stream. Returns (o, lse)."""
     _check_stage(stage)
     (aq, ak, av), scale, causal = _check(q, k, v, out, scale, stage, causal)
     stream = _stream(stream)   # before the library is loaded and anything allocated
     B, H, N, D = aq.shape
-    fwd, status, last, prefix = _load(stage)
+    lib = _load()
     torch = None
     if aq.torch is not None:
         import torch
@@ -355,24 +419,42 @@ def forward(q, k, v, causal=False, scale=None, stage="06", out=None, stream=None
     lptr = _Arg(lse, "lse").ptr if lse is not None else None
     if stream is None:
         stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else 0
+    args = (aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, causal, scale, _DTYPES[aq.dtype], stream, stage)
     if torch is not None:
         with torch.cuda.device(q.device):
-            st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, causal, scale,
-                     _DTYPES[aq.dtype], stream)
+            st = lib.forward(*args)
     else:
-        st = fwd(aq.ptr, ak.ptr, av.ptr, optr, lptr, B, H, N, D, causal, scale,
-                 _DTYPES[aq.dtype], stream)
+        st = lib.forward(*args)
     if st != 0:
-        raise _refusal(st, status, last, "%s_forward (stage %s)" % (prefix, stage), aq)
+        raise _refusal(st, lib, "attn_forward (stage %s)" % (stage or "None: the library's choice"), aq)
     return o, lse
 
 
-def _refusal(st, status, last, who, aq):
-    """The exception for a library's status st: ValueError for 1 and 2, RuntimeError for 3."""
-    why = status(st).decode()
-    detail = last().decode() if last is not None else ""
-    return _STATUS.get(st, RuntimeError)("%s refused q of shape %s, %s: %s%s" % (
-        who, list(aq.shape), aq.dtype, why, ": " + detail if detail else ""))
+def forward_stage(q, causal=False, lse=True):
+    """The stage forward(q, k, v, causal=causal) runs on this GPU (with k and v of q's shape and dtype),
+    as the library chooses it: "09" on an H100 or H200 at D = 64, 128, 256; "06" on the other sm_80 and
+    newer GPUs and head dims. lse=False: for out=(o, None), which leaves out the stages that always
+    write it. Raises as forward() does (RuntimeError without a GPU)."""
+    (aq,) = _check_inputs(((q, "q"),), None)
+    B, H, N, D = aq.shape
+    lib = _load()
+    args = (B, H, N, D, _causal(causal), 1.0 / math.sqrt(D), _DTYPES[aq.dtype], bool(lse), None)
+    if aq.torch is not None:
+        import torch
+        with torch.cuda.device(q.device):
+            st, stage = lib.forward_stage(*args)
+    else:
+        st, stage = lib.forward_stage(*args)
+    if st != 0:
+        raise _refusal(st, lib, "attn_forward_stage", aq)
+    return stage
+
+
+def _refusal(st, lib, who, aq):
+    """The exception for the library's status st: ValueError for a refused argument or problem (1, 2),
+    RuntimeError for no GPU or a CUDA error (4, 5)."""
+    return _STATUS.get(st, RuntimeError)("%s refused q of shape %s, %s: %s: %s" % (
+        who, list(aq.shape), aq.dtype, lib.status_name(st), lib.last_error()))
 
 
 # ---- the backward, and the two as one autograd function ----------------------------------------
@@ -393,7 +475,7 @@ def _check_backward(q, k, v, o, lse, do, causal, scale, deterministic, out, work
             g = _Arg(x, "out (%s)" % name)
             g.expect(a[0].shape, (a[0].dtype,), "%s, q's shape and dtype" % list(a[0].shape))
             _writable(g, a[0])
-    if workspace is not None:   # its size is the library's to check: backward_fa2_workspace_bytes
+    if workspace is not None:   # its size is the library's to check: attn_backward_workspace_bytes
         w = _Arg(workspace, "workspace")
         w.expect([None] * len(w.shape), (w.dtype,), "memory")
         _writable(w, a[0])
@@ -406,12 +488,12 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
              stream=None):
     """dQ, dK and dV of attention over q, k, v, given the forward's o and lse (any forward stage's, run
     with the same causal and scale) and do = dLoss/dO: stage 13, FlashAttention-2's Algorithm 2 on
-    tensor cores (lib/backward_lib.h). q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one
+    tensor cores (attn_backward in lib/flashattn.h). q, k, v, o, do: [B, H, N, D], one 16-bit dtype, contiguous, one
     CUDA device, D one of BACKWARD_STAGES' head dims (32, 64, 96, 128); lse float32 [B, H, N].
     causal and scale as for forward(). deterministic: False or 0, dQ summed by atomic adds (its last
     bits change from run to run); True or 1, stage 13d, in a fixed order (bitwise repeatable).
     out=(dq, dk, dv): write there instead of new tensors. workspace: an array of at least
-    backward_fa2_workspace_bytes(B, H, N, D) bytes (4 (D + 1) per row and a little), contiguous and
+    attn_backward_workspace_bytes() bytes (4 (D + 1) per row and a little), contiguous and
     16-byte aligned, whose contents do not matter; by default a new torch uint8 tensor, freed when the
     call returns (PyTorch's allocator then keeps it for the next one). Both are needed for inputs that
     are not torch tensors. stream: as for forward(). Returns (dq, dk, dv)."""
@@ -419,7 +501,8 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
                                                   workspace)
     stream = _stream(stream)   # before the library is loaded and anything allocated
     B, H, N, D = a[0].shape
-    bwd, size, status, last, prefix = _load_backward()
+    lib = _load()
+    det = int(stage == "13d")
     torch = None
     if a[0].torch is not None:
         import torch
@@ -427,42 +510,34 @@ def backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False,
         stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else 0
     dq, dk, dv = out if out is not None else (torch.empty_like(q) for _ in range(3))
     if workspace is None:
-        need = ctypes.c_size_t(0)
-        st = size(B, H, N, D, ctypes.byref(need))
+        with torch.cuda.device(q.device):   # the library's choice asks the current GPU
+            st, need = lib.workspace_bytes(B, H, N, D, det)
         if st != 0:
-            raise _refusal(st, status, last, "%s_workspace_bytes" % prefix, a[0])
-        workspace = torch.empty(need.value, dtype=torch.uint8, device=q.device)
+            raise _refusal(st, lib, "attn_backward_workspace_bytes", a[0])
+        workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
         if stream != torch.cuda.current_stream(q.device).cuda_stream:
             # allocated on the current stream, used on another: not reused before that one is done
             workspace.record_stream(torch.cuda.ExternalStream(stream, device=q.device))
     w = _Arg(workspace, "workspace")
     ptrs = [x.ptr for x in a[:4]] + [al.ptr, a[4].ptr] + [_Arg(x, n).ptr for x, n in
                                                           ((dq, "dq"), (dk, "dk"), (dv, "dv"))] + [w.ptr]
-    args = ptrs + [w.nbytes, B, H, N, D, causal, scale, _DTYPES[a[0].dtype], int(stage == "13d"), stream]
+    # stage None: the library's choice for the flag, 13 or 13d (python's `stage` names it in messages)
+    args = ptrs + [w.nbytes, B, H, N, D, causal, scale, _DTYPES[a[0].dtype], det, stream]
     if torch is not None:
         with torch.cuda.device(q.device):
-            st = bwd(*args)
+            st = lib.backward(*args)
     else:
-        st = bwd(*args)
+        st = lib.backward(*args)
     if st != 0:
-        raise _refusal(st, status, last, "%s_backward (stage %s)" % (prefix, stage), a[0])
+        raise _refusal(st, lib, "attn_backward (stage %s)" % stage, a[0])
     return dq, dk, dv
-
-
-def attention_stages(capability, D, deterministic=False):
-    """(forward stage, backward stage) that attention() runs at head dim D on a GPU of compute capability
-    `capability` ((major, minor): (9, 0) for an H100 or H200). The forward is the fastest stage the GPU
-    runs at D: 09 on sm_90 where it takes D (64, 128, 256), else 06 (sm_80 and newer). The backward is
-    stage 13, or 13d when deterministic."""
-    fwd = "09" if tuple(capability) == (9, 0) and D in STAGES["09"][2] else "06"
-    return fwd, "13d" if _flag(deterministic, "deterministic") else "13"
 
 
 def attention(q, k, v, causal=False, scale=None, deterministic=False):
     """softmax(scale * q k^T [+ causal mask]) v as a differentiable PyTorch operation: q, k, v torch
     CUDA tensors [B, H, N, D] of one 16-bit dtype (made contiguous here, so views are fine). The
-    forward runs attention_stages()'s forward stage and keeps O and the LSE for the backward, stage 13
-    (13d when deterministic: bitwise repeatable gradients). causal and scale as for forward().
+    forward runs the library's choice (forward_stage()) and keeps O and the LSE for the backward,
+    stage 13 (13d when deterministic: bitwise repeatable gradients). causal and scale as for forward().
     Where q, k or v requires grad, D must be one the backward takes (32, 64, 96, 128): another D is
     refused before the forward runs, not when .backward() is called. Returns o."""
     import torch
@@ -472,22 +547,18 @@ def attention(q, k, v, causal=False, scale=None, deterministic=False):
                             "take __cuda_array_interface__ arrays too" % (name, type(x).__name__))
     causal = _causal(causal)
     deterministic = _flag(deterministic, "deterministic")
-    stage = "06"
     if q.dim() == 4 and q.shape[3] >= 1:   # else forward() refuses q's shape
         D = q.shape[3]
         scale = _scale(scale, D)
-        if q.is_cuda:
-            stage = attention_stages(torch.cuda.get_device_capability(q.device), D)[0]
         if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
             try:
                 _head_dim(D, "13")
             except ValueError as e:
-                alone = " (under torch.no_grad() the forward alone, stage %s, takes it)" % stage \
-                    if D in STAGES[stage][2] else ""
+                alone = " (under torch.no_grad() the forward alone takes it)" if D in _forward_dims() else ""
                 raise ValueError("%s; attention() refuses it before the forward runs because q, k or v "
                                  "requires grad%s" % (e, alone)) from None
     return _attention_function().apply(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale,
-                                       deterministic, stage)
+                                       deterministic)
 
 
 _function = []
@@ -503,8 +574,8 @@ def _attention_function():
 
     class Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal, scale, deterministic, stage):
-            o, lse = forward(q, k, v, causal=causal, scale=scale, stage=stage)
+        def forward(ctx, q, k, v, causal, scale, deterministic):
+            o, lse = forward(q, k, v, causal=causal, scale=scale)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.flags = (causal, scale, deterministic)
             return o
@@ -519,7 +590,7 @@ def _attention_function():
                 do = do.clone()
             dq, dk, dv = backward(q, k, v, o, lse, do, causal=causal, scale=scale,
                                   deterministic=deterministic)
-            return dq, dk, dv, None, None, None, None
+            return dq, dk, dv, None, None, None
 
     _function.append(Attention)
     return Attention

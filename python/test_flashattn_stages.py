@@ -1,13 +1,16 @@
-"""Tests of python/flashattn_stages.py: `make check-python` (builds the libraries, runs pytest).
+"""Tests of python/flashattn_stages.py: `make check-python` (builds the library, runs pytest).
 
 The refusals of bad arguments need neither torch nor a GPU (fake __cuda_array_interface__ objects:
-the checks run before the library is loaded). The results need torch, a CUDA GPU and
-build/libfa2.so; without them those tests skip and say why. Every result is compared, row by row,
+the checks run before the library is loaded), nor does the layout of the ctypes structures (a C
+compiler and the header). The results need torch, a CUDA GPU and build/libflashattn.so; without them
+those tests skip and say why. Every result is compared, row by row,
 with a float64 reference under the tolerance rule of suite/check.c; outputs are poisoned with NaN
 first, so an element never written fails.
 """
+import ctypes
 import math
 import os
+import subprocess
 import sys
 
 import pytest
@@ -51,8 +54,8 @@ def out_for(shape, dtype="<f2"):
     ("lse shape", ValueError, "out[1] (lse) must have shape [2, 3, 17] float32"),
     ("o dtype", TypeError, "out[0] (o) must be fp16"),
     ("not an array", TypeError, "q must be a torch CUDA tensor or have __cuda_array_interface__"),
-    ("stage", ValueError, "stage must be one of"),
-    ("stage not a str", ValueError, "stage must be one of"),
+    ("stage", ValueError, "stage must be None (the library's choice) or one of 06, 07, 08, 09 (got '99')"),
+    ("stage not a str", ValueError, "stage must be None (the library's choice) or one of"),
     ("sizes past int64", ValueError, "q's B, H, N and D must be at most 2^63 - 1"),
     ("string stream", TypeError, "stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got str)"),
     ("float stream", TypeError, "stream must be a cudaStream_t as an int, or a torch.cuda.Stream (got float)"),
@@ -202,24 +205,85 @@ def test_what_the_c_side_takes_passes_the_python_checks(case):
         kw["scale"] = -2.3e38
     with pytest.raises((FileNotFoundError, RuntimeError, ValueError)) as e:
         fa.forward(q, k, v, **kw)
-    for words in ("boundary", "scale must"):
+    for words in ("boundary", "scale must", "scale:"):
         assert words not in str(e.value), str(e.value)
 
 
+def library_or_skip():
+    if not os.path.exists(fa.library_path()):
+        pytest.skip("%s is missing: make lib (a CUDA build; make check-python does)" % fa.library_path())
+
+
 def test_without_a_gpu_the_library_says_no_cuda_device():
-    """On a machine without a GPU (or its driver) the library cannot ask the runtime about the pointers:
-    its reason said "cannot ask ... (no usable device?)" and then quoted CUDA's "CUDA driver version is
-    insufficient for CUDA runtime version", which reads as a driver to update. It says "no CUDA device"
-    first. Needs the library (FLASHATTN_LIB_DIR or build/); with a GPU, the made-up pointers are refused
-    as no device memory instead, and the test skips."""
-    if not os.path.exists(fa.library_path("06")):
-        pytest.skip("%s is missing: make build/libfa2.so (a CUDA build)" % fa.library_path("06"))
+    """On a machine without a GPU (or its driver) the library cannot ask the runtime which GPU this is:
+    the runtime's own words, "CUDA driver version is insufficient for CUDA runtime version", read as a
+    driver to update, so the library says "no CUDA device" first (issue 58), as RuntimeError. Needs the
+    library (FLASHATTN_LIB_DIR or build/); with a GPU, the made-up pointers are refused as no device
+    memory instead, and the test skips. forward_stage() says the same."""
+    library_or_skip()
     q, k, v = fakes()
     with pytest.raises((RuntimeError, ValueError)) as e:
         fa.forward(q, k, v, out=out_for((2, 3, 17, 64)))
     if isinstance(e.value, ValueError):
         pytest.skip("a GPU is here: %s" % e.value)
-    assert "CUDA error: no CUDA device (no NVIDIA GPU or driver here" in str(e.value), str(e.value)
+    assert "no GPU: no CUDA device (no NVIDIA GPU or driver here" in str(e.value), str(e.value)
+    with pytest.raises(RuntimeError, match=r"no CUDA device \(no NVIDIA GPU or driver here"):
+        fa.forward_stage(q)
+
+
+def test_a_named_stage_refuses_in_the_librarys_words():
+    """The stage's own limits are the library's to say, before any CUDA call (no GPU needed)."""
+    library_or_skip()
+    q, k, v = fakes((2, 3, 17, 64))
+    for stage in ("07", "08", "09"):   # the LSE is always written there; refused by Python first
+        with pytest.raises(ValueError, match="out\\[1\\] \\(lse\\) is needed for stage %s" % stage):
+            fa.forward(q, k, v, out=(out_for((2, 3, 17, 64))[0], None), stage=stage)
+    lib = fa._load()
+    st, stage = lib.forward_stage(1 << 31, 2, 1, 64, 0, 0.125, 0, True, "06")
+    assert (st, stage) == (2, None) and lib.last_error().startswith("B*H: stage 06 takes at most 65535^2 heads"), \
+        lib.last_error()
+
+
+def c_layout():
+    """{struct: (size, {field: offset})} of flashattn.h's argument structures, as a C compiler lays them
+    out; skips where there is no compiler."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cc = os.environ.get("CC", "cc")
+    structs = {"attn_problem": fa._Problem, "attn_tensor": fa._Tensor, "attn_forward_args": fa._ForwardArgs,
+               "attn_backward_args": fa._BackwardArgs}
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "flashattn.h"', 'int main(void) {']
+    for c, py in structs.items():
+        lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (c, c))
+        for name, _ in py._fields_:
+            lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (c, name, c, name))
+    lines.append("return 0; }")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
+        with open(src, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        try:
+            subprocess.run([cc, "-std=c11", "-I", os.path.join(root, "lib"), src, "-o", exe], check=True,
+                           capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            pytest.skip("no C compiler to lay out flashattn.h with (%s): %s" % (cc, e))
+        out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    got = {}
+    for line in out.split("\n"):
+        if line:
+            c, field, n = line.split()
+            got.setdefault(c, {})[field] = int(n)
+    return structs, got
+
+
+def test_the_structures_match_the_header():
+    """_Problem, _Tensor, _ForwardArgs and _BackwardArgs repeat flashattn.h's structures field by field:
+    the same names, order, offsets and sizes as the C compiler gives them."""
+    structs, got = c_layout()
+    for c, py in structs.items():
+        want = {name: getattr(py, name).offset for name, _ in py._fields_}
+        want["sizeof"] = ctypes.sizeof(py)
+        assert got[c] == want, (c, got[c], want)
 
 
 class LibraryCalls:
@@ -229,12 +293,12 @@ class LibraryCalls:
         self.loads, self.calls = [], []
         monkeypatch.setattr(fa, "_load", self.load)
 
-    def load(self, stage):
-        self.loads.append(stage)
-        return self.forward, None, None, fa.STAGES[stage][1]
+    def load(self):
+        self.loads.append(1)
+        return self
 
     def forward(self, *args):
-        self.calls.append(args)   # q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream
+        self.calls.append(args)   # q, k, v, o, lse, B, H, N, D, causal, scale, dtype, stream, stage
         return 0
 
 
@@ -302,8 +366,8 @@ def test_causal_takes_bools_0_1_and_numpy_scalars(monkeypatch):
             call(causal=causal)
 
 
-# The head dims of the C side, written out again here (lib/fa2.h; lib/stage_lib.h), so that
-# a wrong STAGES table fails too.
+# The head dims of the C side, written out again here (06_fa2_full/stage06.h; kit/hopper_host.c), so
+# that a wrong STAGES table fails too.
 C_HEAD_DIMS = {"06": (32, 64, 96, 128, 256), "07": (64, 128, 256), "08": (64, 128, 256), "09": (64, 128, 256)}
 
 
@@ -342,7 +406,25 @@ def test_head_dims_agree_with_the_registry():
     """STAGES' head dims repeat what the C registry says: this test is what keeps the two from drifting
     apart."""
     for stage, entry in fa.STAGES.items():
-        assert registry_dims(stage) == entry[2], (stage, entry[2])
+        assert registry_dims(stage) == entry[0], (stage, entry[0])
+
+
+def test_the_default_stage_is_the_librarys_choice(monkeypatch):
+    """stage=None reaches the C side as NULL (the library chooses); a D no forward stage takes is refused
+    before the library is loaded, naming every stage's head dims; out=(o, None) is taken for it."""
+    lib = LibraryCalls(monkeypatch)
+    call(stage=None)
+    assert lib.calls[-1][13] is None
+    call(stage="09")
+    assert lib.calls[-1][13] == "09"
+    q, k, v = fakes()
+    fa.forward(q, k, v, out=(out_for((2, 3, 17, 64))[0], None))
+    assert lib.calls[-1][4] is None and lib.calls[-1][13] is None
+    n = len(lib.loads)
+    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 80 is unsupported by every forward stage: their "
+                                         r"head dims are 32, 64, 96, 128, 256"):
+        call(D=80, stage=None)
+    assert len(lib.loads) == n
 
 
 def test_scale_takes_any_real_number(monkeypatch):
@@ -400,8 +482,8 @@ def gpu_or_skip():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed: the GPU tests need it")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch %s sees no CUDA GPU" % torch.__version__)
-    if not os.path.exists(fa.library_path("06")):
-        pytest.skip("%s is missing: run make build/libfa2.so (make check-python does)" % fa.library_path("06"))
+    if not os.path.exists(fa.library_path()):
+        pytest.skip("%s is missing: run make lib (make check-python does)" % fa.library_path())
     return torch
 
 
@@ -429,15 +511,13 @@ def reference(torch, q, k, v, causal, scale):
 
 
 def stage_or_skip(torch, stage):
-    """The Hopper stages (07-09) need an sm_90 GPU and their library."""
-    if stage != "06" and torch.cuda.get_device_capability() != (9, 0):
+    """The Hopper stages (07-09) need an sm_90 GPU."""
+    if stage not in (None, "06") and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("stage %s needs an sm_90 GPU (H100, H200); this one is sm_%d%d"
                     % ((stage,) + torch.cuda.get_device_capability()))
-    if not os.path.exists(fa.library_path(stage)):
-        pytest.skip("%s is missing: run make shared-libs (make check-python does)" % fa.library_path(stage))
 
 
-def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None, stage="06"):
+def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None, stage=None):
     gen = torch.Generator(device="cuda").manual_seed(1000 * N + D + causal)
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
     o = torch.full_like(q, float("nan"))
@@ -458,7 +538,7 @@ def run_and_check(torch, B, H, N, D, causal, dtype, scale=None, stream=None, sta
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("N", [1, 17, 129, 1000])
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("stage", ["06", "07", "08", "09"])
+@pytest.mark.parametrize("stage", ["06", "07", "08", "09", None])
 def test_matches_float64_reference(stage, dtype, causal, N, D):
     torch = gpu_or_skip()
     stage_or_skip(torch, stage)
@@ -527,7 +607,7 @@ def test_refusals_on_torch_tensors():
     with pytest.raises(ValueError, match="k must start on a 16-byte boundary"):
         fa.forward(q, flat[1:].view(q.shape), q)
     q80 = torch.randn(1, 2, 64, 80, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 80 is unsupported by stage 06"):
+    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 80 is unsupported by every forward stage"):
         fa.forward(q80, q80, q80)
     with pytest.raises(ValueError, match=r"call \.clone\(\)"):
         fa.forward(q, flat[1:].view(q.shape), q)
@@ -548,3 +628,13 @@ def test_stream_takes_an_int_or_a_stream_object_and_is_checked_before_loading(mo
         with pytest.raises((TypeError, ValueError), match="stream must be"):
             call(stream=bad)
     assert len(lib.loads) == n, "the library was loaded for a bad stream"
+
+
+def test_forward_stage_is_the_fastest_here():
+    """09 on an H100 or H200 at the head dims it takes and with an LSE; 06 everywhere else."""
+    torch = gpu_or_skip()
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    for D in (32, 64, 96, 128, 256):
+        q = torch.empty(2, 3, 100, D, device="cuda", dtype=torch.float16)
+        assert fa.forward_stage(q) == ("09" if hopper and D in (64, 128, 256) else "06"), D
+        assert fa.forward_stage(q, lse=False) == "06", D

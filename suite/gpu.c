@@ -16,6 +16,10 @@ attn_status attn_gpu_available(void) {
 }
 int attn_gpu_count(void) { return 0; }
 const char *attn_gpu_name(void) { return "none"; }
+void attn_gpu_driver(char *buf, size_t cap) {
+    if (cap) buf[0] = '\0';
+}
+int attn_gpu_sm_clock_mhz(void) { return 0; }
 attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
     return attn_gpu_available();
@@ -100,6 +104,26 @@ const char *attn_gpu_name(void) {
         return "none";
     snprintf(name, sizeof name, "%s", prop.name);
     return name;
+}
+
+void attn_gpu_driver(char *buf, size_t cap) {
+    int v = 0;
+    if (cap) buf[0] = '\0';
+    if (cudaDriverGetVersion(&v) != cudaSuccess || v <= 0) { /* 0: no driver installed */
+        cudaGetLastError();
+        return;
+    }
+    snprintf(buf, cap, "CUDA %d.%d", v / 1000, v % 1000 / 10);
+}
+
+int attn_gpu_sm_clock_mhz(void) {
+    int dev = 0, khz = 0;
+    if (attn_gpu_available() != ATTN_OK || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return khz / 1000;
 }
 
 attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {

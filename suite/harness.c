@@ -247,7 +247,7 @@ attn_status attn_inputs_check_scale(const attn_inputs *in) {
     const attn_problem *p = &in->p;
     const int64_t n = attn_qkv_elems(p);
     const double qmax = max_abs(in->q, n, p->dtype), kmax = max_abs(in->k, n, p->dtype);
-    const double log2e = 1.4426950408889634; /* the stages' exponent is base 2: scale * log2(e) */
+    const double log2e = ATTN_LOG2E; /* the stages' exponent is base 2: scale * log2(e), in float */
     const double dot = (double)p->D * qmax * kmax, sl2 = fabs((double)p->scale) * log2e;
     if (!(dot <= ATTN_MAX_SCORE))
         return attn_fail(ATTN_EINVAL, "the inputs are too large for float32 scores at any scale: D * max|q| * max|k|"

@@ -219,6 +219,12 @@ attn_status attn_gpu_available(void);
 int attn_gpu_count(void);
 /* "NVIDIA H200" or "none" */
 const char *attn_gpu_name(void);
+/* What a bench CSV records of the machine beside its rows. attn_gpu_driver: "CUDA 13.0", the newest CUDA
+ * the installed driver supports (cudaDriverGetVersion), into buf; "" without a driver or without CUDA.
+ * attn_gpu_sm_clock_mhz: the current device's peak SM clock (cudaDevAttrClockRate), 0 when unknown: the
+ * clock it is rated for, not the one a run held (the H200's power cap lowers that under load). */
+void attn_gpu_driver(char *buf, size_t cap);
+int attn_gpu_sm_clock_mhz(void);
 attn_status attn_gpu_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 #ifdef __cplusplus

@@ -53,13 +53,17 @@
 #   5. References that go stale when the code moves (tests/docs_refs.sh, which says how): every
 #      `file:line` in the Markdown must name what it cites, and the name must stand in those lines;
 #      every workshop/*.patch must apply exactly where its hunks say, without offset or fuzz.
+#   6. Figures that go stale when the next run comes (tests/docs_figures.sh, which says how): every
+#      block a bench script generated is what it makes of its CSV today, and every figure from a run
+#      typed in prose (outside history/) cites its run log entry and commit, and stands in that entry.
 #
 # Not checked: other programs and scripts (bash ..., python3 ..., bench/peers.py), anchors into
 # non-Markdown files, the values of flags beyond what the binaries check, whether a GPU stage runs
 # (on a machine without a GPU it stops at "no usable GPU"), and what a command prints.
 #
 # Output: one line per problem, FILE:LINE: what; then
-#   docs-check: N links, M make targets, K commands, R line references, W patches checked; P problems (S skipped)
+#   docs-check: N links, M make targets, K commands, R line references, W patches, B blocks quoting runs
+#   checked; P problems (S skipped)
 # DOCS_CHECK_VERBOSE=1 also prints each skip, with its reason. Exit 1 if there is any problem, 0
 # otherwise, 2 when the check itself cannot run.
 set -u
@@ -119,26 +123,11 @@ git ls-files >"$tmp/tracked"
 #   A FILE - ANCHOR       an anchor the .md file defines
 #   C FILE LINE TEXT      a command line: a code block's line, or a header comment's command line
 #   S FILE LINE TEXT      an inline code span
+# (slug(), a heading's anchor, is tests/md_slug.awk's: tests/docs_figures.sh finds history entries by it)
 # shellcheck disable=SC2016
 extract_awk='
 function reset_para() { spn = 0; sbuf = ""; pprev = "" }
 function emit(kind, ln, text) { gsub(/\t/, " ", text); printf "%s\t%s\t%d\t%s\n", kind, FILENAME, ln, text }
-# A heading as GitHub renders it, then its anchor.
-function slug(t,    s, i, c, out, inner) {
-    while (match(t, /!?\[[^]]*\]\([^)]*\)/)) {
-        inner = substr(t, RSTART, RLENGTH); sub(/^!?\[/, "", inner); sub(/\]\(.*$/, "", inner)
-        t = substr(t, 1, RSTART - 1) inner substr(t, RSTART + RLENGTH)
-    }
-    gsub(/<[^>]*>/, "", t); gsub(/[`*]/, "", t)
-    sub(/^[ \t]+/, "", t); sub(/[ \t]+$/, "", t)
-    t = tolower(t); out = ""
-    for (i = 1; i <= length(t); i++) {
-        c = substr(t, i, 1)
-        if (c ~ /[a-z0-9_-]/) out = out c
-        else if (c == " ") out = out "-"
-    }
-    return out
-}
 function anchor(text,    s) {
     s = slug(text)
     if (s in seen) { seen[s]++; s = s "-" (seen[s] - 1) } else seen[s] = 1
@@ -247,7 +236,8 @@ md {
 }
 '
 mapfile -t files < <(cat "$tmp/md" "$tmp/src")
-awk "$extract_awk" "${files[@]}" >"$tmp/items" || die "awk failed reading the files"
+printf '%s\n' "$extract_awk" >"$tmp/extract.awk"
+awk -f "$here/md_slug.awk" -f "$tmp/extract.awk" "${files[@]}" >"$tmp/items" || die "awk failed reading the files"
 awk -F '\t' '$1 == "A" { print $2 "\t" $4 }' "$tmp/items" >"$tmp/anchors"
 
 # ------------------------------------------------------------------------------------------------
@@ -606,5 +596,15 @@ n_refs=$(printf '%s\n' "$refs_last" | sed -n 's/^docs-refs: \([0-9]*\) line refe
 n_patches=$(printf '%s\n' "$refs_last" | sed -n 's/.*, \([0-9]*\) patches checked.*/\1/p')
 n_problems=$((n_problems + $(printf '%s\n' "$refs_last" | sed -n 's/.*; \([0-9]*\) problems$/\1/p')))
 
-echo "docs-check: $n_links links, $n_make make targets, $n_cmds commands, ${n_refs:-0} line references, ${n_patches:-0} patches checked; $n_problems problems ($n_skipped skipped)"
+# ------------------------------------------------------------------------------------------------
+# 6. Figures from runs (tests/docs_figures.sh, which says how): generated blocks match their CSV, and
+#    every run figure typed in prose cites its history entry and commit.
+figs_out=$(bash "$here/docs_figures.sh" "$root")
+[ $? -le 1 ] || die "tests/docs_figures.sh could not run"
+printf '%s\n' "$figs_out" | grep -v '^docs-figures: '
+figs_last=$(printf '%s\n' "$figs_out" | tail -n 1)
+n_figblocks=$(printf '%s\n' "$figs_last" | sed -n 's/.*generated blocks, \([0-9]*\) blocks quoting runs.*/\1/p')
+n_problems=$((n_problems + $(printf '%s\n' "$figs_last" | sed -n 's/.*; \([0-9]*\) problems$/\1/p')))
+
+echo "docs-check: $n_links links, $n_make make targets, $n_cmds commands, ${n_refs:-0} line references, ${n_patches:-0} patches, ${n_figblocks:-0} blocks quoting runs checked; $n_problems problems ($n_skipped skipped)"
 [ "$n_problems" -eq 0 ]

@@ -2,7 +2,7 @@
  * fa2_selftest.cu: device tests of stage 06's building blocks (fa2_selftest.h), each a small kernel
  * made of the stage's own functions: the cp.async tile copy and swizzle, the ldmatrix lane addresses,
  * the accumulator fragment map, and the P repack from the S accumulators to the A operand of P V.
- * Called by tests/test_fa2_blocks.c; not part of libfa2.
+ * Called by tests/test_fa2_blocks.c; not part of libflashattn.
  */
 #include <stdio.h>
 
@@ -228,13 +228,13 @@ static int fa2_mma_probe(const void *kernel, int bf16, const char *what, char *m
 }
 
 extern "C" int fa2_selftest_fragment_rows(int bf16, char *msg, size_t cap) {
-    return fa2_mma_probe(bf16 ? (const void *)fa2_fragment_probe<FA2_BF16>
-                              : (const void *)fa2_fragment_probe<FA2_F16>,
+    return fa2_mma_probe(bf16 ? (const void *)fa2_fragment_probe<ATTN_BF16>
+                              : (const void *)fa2_fragment_probe<ATTN_F16>,
                          bf16, "accumulator fragment rows/columns", msg, cap);
 }
 
 extern "C" int fa2_selftest_p_repack(int bf16, char *msg, size_t cap) {
-    return fa2_mma_probe(bf16 ? (const void *)fa2_repack_probe<FA2_BF16>
-                              : (const void *)fa2_repack_probe<FA2_F16>,
+    return fa2_mma_probe(bf16 ? (const void *)fa2_repack_probe<ATTN_BF16>
+                              : (const void *)fa2_repack_probe<ATTN_F16>,
                          bf16, "P repacked as the A operand", msg, cap);
 }

@@ -5,7 +5,7 @@
  *
  * Each returns the number of mismatching elements (0: pass), or -1 when it could not run (no GPU, a
  * CUDA error). `msg` (cap bytes) receives one line: the first mismatch, or why it could not run.
- * Linked into the test binary only (not libattn, nor libfa2), and only in a CUDA build.
+ * Linked into the test binary only (not libattn, nor libflashattn), and only in a CUDA build.
  */
 #ifndef FA2_SELFTEST_H
 #define FA2_SELFTEST_H

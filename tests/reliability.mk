@@ -24,9 +24,11 @@
 #                                     every relative link (and #anchor) resolves, every `make TARGET`
 #                                     names a target, every build/attn and attn-bench command shown
 #                                     parses, every file:line names what stands there and every
-#                                     workshop patch applies without offset (tests/docs_check.sh and
-#                                     tests/docs_refs.sh say how; no GPU needed, about 40 s on 2
-#                                     cores; not part of make check)
+#                                     workshop patch applies without offset, every generated block is
+#                                     what its script makes of its CSV and every run figure in prose
+#                                     cites its history entry and commit (tests/docs_check.sh,
+#                                     docs_refs.sh and docs_figures.sh say how; no GPU needed, about a
+#                                     minute on 2 cores; not part of make check)
 
 .PHONY: fuzz check-asan sanitize leakcheck docs-check check-cuda-headers
 

@@ -28,7 +28,8 @@ static int bench(const char *args) { return run_bin(bench_bin(), args, out, size
 /* attn-bench's header; the report tests write the peers' (no pass column: a row reads as the forward's) */
 static const char HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                              "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,"
-                             "tile_read,tile_written\n";
+                             "tile_read,tile_written,warmup_ms,gpus,driver,sm_clock_mhz,power_limit_w,torch,"
+                             "cudnn,triton,fa4\n";
 static const char REPORT_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
                                     "workspace_bytes,max_abs_err,check,repeats,l2,note\n";
 
@@ -167,13 +168,19 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
     int rows = 0;
     for (char *save = NULL, *line = strtok_r(text + strlen(HEADER), "\n", &save); line;
          line = strtok_r(NULL, "\n", &save), rows++) {
-        char copy[1024], *field[27];
+        char copy[1024], *field[36];
         int nf = 1;
         snprintf(copy, sizeof copy, "%s", line);
         field[0] = copy;
-        for (char *p = copy; *p && nf < 27; p++)
+        for (char *p = copy; *p && nf < 36; p++)
             if (*p == ',') *p = '\0', field[nf++] = p + 1;
-        cr_assert_eq(nf, 26, "row %d has %d fields: %s", rows, nf, line);
+        cr_assert_eq(nf, 35, "row %d has %d fields: %s", rows, nf, line);
+        /* the run's facts: the warm-up asked for on every row; no GPU used, so the driver, SM clock and
+         * power limit say so, and a CPU stage that ran ran on 0 GPUs (a stage that did not: empty) */
+        cr_assert_str_eq(field[26], "5", "row %d: warmup_ms %s", rows, line);
+        cr_assert(!strcmp(field[28], "no-gpu") && !strcmp(field[29], "no-gpu") && !strcmp(field[30], "no-gpu"),
+                  "row %d: driver, clock, power limit: %s", rows, line);
+        for (int k = 31; k < 35; k++) cr_assert_str_eq(field[k], "", "row %d: a peer's library column: %s", rows, line);
         /* the bytes, on every row, ran or not: HBM at least Q, K and V once (2 x 17 x 32 x 2 bytes each at
          * N = 17), the tiles at least what HBM reads */
         const double inputs = 3.0 * 2 * atof(field[7]) * 32 * 2;
@@ -185,6 +192,7 @@ static void expect_sweep_rows(const char *csv, const char *commit) {
         const attn_stage *s = attn_find_stage(field[3]);
         cr_assert_not_null(s, "unknown stage in row %d: %s", rows, line);
         cr_assert_str_eq(field[21], s->pass == ATTN_FORWARD ? "fwd" : "bwd", "row %d: pass %s", rows, line);
+        cr_assert_str_eq(field[27], strcmp(field[11], "ok") ? "" : "0", "row %d: gpus %s", rows, line);
         if (s->on_gpu) {
             cr_assert_str_eq(field[11], "no-gpu", "%s", line);
             cr_assert(field[20][0], "no reason given: %s", line); /* --cpu-only, or the build has no CUDA */
@@ -1203,11 +1211,159 @@ Test(bench, report_backward_stage_table_compact_and_merge) {
              "sh bench/report.sh merge %s/m.csv %s %s/old.csv && cat %s/m.csv", REPORT_HEADER, dir, dir, both, dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     /* merged with the TFLOP/s derived: 2.5 x 2097152 / 1.25 ms backward, 2097152 / 1 ms forward; the four
-     * byte columns after pass stay empty for rows that had none */
+     * byte columns after pass, and the nine of the run's facts, stay empty for rows that had none */
     cr_assert(strstr(out, ",13d,backward_fa2_deterministic,1,2,64,64,0,fp16,ok,1.25,0.0041943,") &&
-                  strstr(out, ",warm,,bwd,,,,\n") &&
-                  strstr(out, ",sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,0.00209715,0,,,,5,warm,,fwd,,,,\n"),
+                  strstr(out, ",warm,,bwd,,,,,,,,,,,,,\n") &&
+                  strstr(out, ",sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1,0.00209715,0,,,,5,warm,,fwd,,,,,,,,,,,,,\n"),
               "%s", out);
     snprintf(cmd, sizeof cmd, "rm %s %s %s/old.csv %s/m.csv && rmdir %s", fwd, both, dir, dir, dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
+/* ---- the run's facts, the summary of ratios, and the peers' check against the stages' ------------ */
+
+/* The full header: attn-bench's, with the nine facts of the run after the bytes. */
+static const char FACTS_HEADER[] = "gpu,date,commit,stage,name,B,H,N,D,causal,dtype,status,ms,tflops,extra_bytes,"
+                                   "workspace_bytes,max_abs_err,check,repeats,l2,note,pass,hbm_read,hbm_written,"
+                                   "tile_read,tile_written,warmup_ms,gpus,driver,sm_clock_mhz,power_limit_w,torch,"
+                                   "cudnn,triton,fa4\n";
+
+/* dir/NAME holding header and rows; its path into path */
+static void write_with_header(const char *dir, const char *name, const char *header, const char *rows, char *path,
+                              size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(header, f), fputs(rows, f), fclose(f);
+}
+
+/* A CSV from before the facts (bench/results/bench.csv is one) still renders, and says what it did not
+ * record: every fact "not recorded", stage 10's GPUs too, in the line above the tables and beside stage
+ * 10 in the top README's table. */
+Test(bench, report_of_a_csv_without_the_facts_says_not_recorded) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[700];
+    cr_assert_not_null(mkdtemp(dir));
+    write_with_header(dir, "old.csv", REPORT_HEADER,
+                      "G,d,c,09,overlap,1,2,64,64,0,fp16,ok,1,,0,0,0.0002,pass,5,warm,\n"
+                      "G,d,c,10,context_parallel,1,2,64,64,0,fp16,ok,1.1,,0,0,0.0002,pass,5,warm,\n"
+                      "G,d,c,torch_naive,torch_naive,1,2,64,64,0,fp16,ok,4,,0,0,0.0002,pass,5,warm,\n",
+                      csv, sizeof csv);
+    cr_assert_eq(report("facts", csv, ""), 0, "%s", out);
+    cr_assert(strstr(out, "**Recorded with the run:** warm-up not recorded; L2 warm; GPUs a row ran on: not recorded, "
+                          "stage 10's GPUs not recorded; driver not recorded; SM clock (the peak the device reports) "
+                          "not recorded; power limit not recorded; PyTorch not recorded, cuDNN not recorded, Triton not recorded, FlashAttention-4 "
+                          "not recorded."),
+              "%s", out);
+    cr_assert_eq(report("compact", csv, ""), 0, "%s", out);
+    cr_assert(strstr(out, "| 10 context_parallel (GPUs not recorded) |"), "%s", out);
+    cr_assert_eq(report("tables", csv, "md"), 0, "%s", out);
+    cr_assert(strstr(out, "warm-up not recorded"), "the tables' header lacks the facts: %s", out);
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* A CPU-only sweep records that no GPU was used (driver, SM clock, power limit) and the warm-up it
+ * was given, and its report says so, and that no peer ran. */
+Test(bench, cpu_only_sweep_says_no_gpu_in_its_facts) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[600];
+    bench_into_fresh_csv(dir, csv, sizeof csv,
+                         "--cpu-only --batch 1 --heads 2 --seqs 33 --dims 32 --causal 0 --stages 01,10 --warmup-ms 7 "
+                         "--repeat-ms 1");
+    cr_assert_eq(report("facts", csv, ""), 0, "%s", out);
+    cr_assert(strstr(out, "warm-up 7 ms of untimed runs before each GPU point's timing; L2 not used (no GPU row was "
+                          "timed); GPUs a row ran on: none (the CPU stages alone ran), stage 10 did not run; driver no "
+                          "GPU; SM clock (the peak the device reports) no GPU; power limit no GPU; PyTorch, cuDNN, Triton, FlashAttention-4: no peer "
+                          "ran."),
+              "%s", out);
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* make bench's facts from nvidia-smi go into the rows that left them empty (never over a row's own:
+ * attn-bench's "no-gpu" stays), the peers' versions and stage 10's GPUs reach the report, a library the
+ * peers did not find reads "not run"; a --set of another column, or of a value that could break the CSV
+ * or a README, is refused. */
+Test(bench, report_merge_sets_the_facts_only_where_empty) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[700], cmd[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    write_with_header(dir, "in.csv", FACTS_HEADER,
+                      "G,d,c,09,overlap,1,2,64,64,0,fp16,ok,1,,0,0,0.0002,pass,5,warm,,fwd,,,,,100,1,CUDA 13.0,1980,,,,,\n"
+                      "G,d,c,10,context_parallel,1,2,64,64,0,fp16,ok,1.1,,0,0,0.0002,pass,5,warm,,fwd,,,,,100,2,CUDA 13.0,"
+                      "1980,,,,,\n"
+                      "G,d,c,01,naive_cpu,1,2,64,64,0,fp16,ok,9,,0,0,0.0002,pass,5,-,,fwd,,,,,100,0,no-gpu,no-gpu,no-gpu,,,,\n"
+                      "G,d,c,sdpa_cudnn,sdpa_cudnn,1,2,64,64,0,fp16,ok,1.2,,0,,0.0002,pass,5,warm,,fwd,,,,,100,1,,,,2.9.1,"
+                      "91002,-,-\n",
+                      csv, sizeof csv);
+    snprintf(cmd, sizeof cmd, "sh bench/report.sh merge --set power_limit_w=700.00 --set sm_clock_mhz=1980 %s/m.csv %s "
+             "&& cat %s/m.csv && sh bench/report.sh facts %s/m.csv && sh bench/report.sh stage %s/m.csv 10",
+             dir, csv, dir, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, ",100,1,CUDA 13.0,1980,700.00,,,,\n") && strstr(out, ",no-gpu,no-gpu,no-gpu,,,,\n") &&
+                  strstr(out, ",100,1,,1980,700.00,2.9.1,91002,-,-\n"),
+              "%s", out);
+    cr_assert(strstr(out, "GPUs a row ran on: 1, 2, stage 10 on 2 GPUs; driver CUDA 13.0, no GPU; SM clock (the peak the device "
+                          "reports) 1980 MHz, no GPU; power limit 700.00 W, no GPU; PyTorch 2.9.1, cuDNN 91002, Triton not run, FlashAttention-4 not "
+                          "run."),
+              "%s", out);
+    cr_assert(strstr(out, "Stage 10 on **G** (B=1, H=2, fp16; 2 GPUs; date d, commit `c`)"), "%s", out);
+    const char *bad[] = {"--set gpu=x", "--set power_limit_w=7,00", "--set torch='2|9'", "--set driver=", "--set"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(cmd, sizeof cmd, "sh bench/report.sh merge %s %s/x.csv %s", bad[i], dir, csv);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s: %s", bad[i], out);
+        cr_assert(strstr(out, "report: merge: "), "%s: %s", bad[i], out);
+    }
+    snprintf(cmd, sizeof cmd, "test ! -e %s/x.csv && rm %s %s/m.csv && rmdir %s", dir, csv, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+}
+
+/* The summary under the top README's table: each pair's ratio (the second's time over the first's) as
+ * its range over N >= 4096 in every (D, causal), and the points below 4096 where it is under 1. */
+Test(bench, report_summary_ranges_and_points_under_one) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", csv[700];
+    cr_assert_not_null(mkdtemp(dir));
+    write_with_header(dir, "s.csv", PASS_HEADER,
+                      "G,d,c,09,overlap,1,2,2048,64,0,fp16,ok,1,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,sdpa_cudnn,sdpa_cudnn,1,2,2048,64,0,fp16,ok,0.9,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,09,overlap,1,2,1024,64,0,fp16,ok,1,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,sdpa_cudnn,sdpa_cudnn,1,2,1024,64,0,fp16,ok,1.5,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,09,overlap,1,2,4096,64,0,fp16,ok,2,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,sdpa_cudnn,sdpa_cudnn,1,2,4096,64,0,fp16,ok,2.2,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,09,overlap,1,2,8192,64,0,fp16,ok,4,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,sdpa_cudnn,sdpa_cudnn,1,2,8192,64,0,fp16,ok,5,,0,0,0.0002,pass,5,warm,,fwd\n"
+                      "G,d,c,09,overlap,1,2,8192,64,1,fp16,FAIL,4,,0,0,0.1,FAIL,5,warm,,fwd\n"
+                      "G,d,c,sdpa_cudnn,sdpa_cudnn,1,2,8192,64,1,fp16,ok,5,,0,0,0.0002,pass,5,warm,,fwd\n",
+                      csv, sizeof csv);
+    cr_assert_eq(report("summary", csv, ""), 0, "%s", out);
+    cr_assert(strstr(out, "| ratio | D=64, N >= 4096 | D=64 causal, N >= 4096 | N < 4096: under 1 at |"), "%s", out);
+    /* 2.2 / 2 and 5 / 4; a FAILed row is no ratio; at 1024 09 is faster, at 2048 cuDNN (0.9) */
+    cr_assert(strstr(out, "| 09 / cuDNN | 1.100-1.250 | - | 1 of 2: D=64: N=2048 (0.900) |"), "%s", out);
+    unlink(csv);
+    rmdir(dir);
+}
+
+/* The peers' forward check is the stages' (suite/check.c): the tolerance bench/peers.py gives the element
+ * the C check found worst is the one build/attn printed for it, with the same err/tol, at an ordinary
+ * scale and at scales where the rule of the range takes over. Before, the peers' scores bound held fp16's
+ * u as well (their tolerance about 10x the stages'). Skipped without python3 (no PyTorch needed). */
+Test(bench, peers_check_o_by_the_stages_rule) {
+    if (run_cmd("python3 -c 'import sys'", out, sizeof out) != 0) cr_skip_test("python3 not found: peers.py not tested");
+    const char *scales[] = {"0.25", "60", "200"};
+    for (size_t i = 0; i < sizeof scales / sizeof *scales; i++) {
+        char dir[] = "/tmp/attn-bench-test.XXXXXX", args[800], cmd[1600], want[64] = "", ratio[32] = "";
+        long long b, h, n, d;
+        cr_assert_not_null(mkdtemp(dir));
+        snprintf(args, sizeof args, "--stage 01 --batch 1 --heads 2 --seq 33 --dim 16 --scale %s --save %s "
+                 "--save-inputs --check", scales[i], dir);
+        cr_assert_eq(run_bin(attn_bin(), args, out, sizeof out), 0, "%s", out);
+        const char *w = strstr(out, "worst element   [b=");
+        cr_assert(w && sscanf(w, "worst element   [b=%lld, h=%lld, n=%lld, d=%lld] got %*s want %*s tol %63s "
+                              "(err/tol %31[0-9.]", &b, &h, &n, &d, want, ratio) == 6, "%s", out);
+        snprintf(cmd, sizeof cmd, "python3 tests/peers_tolerance.py %s 1 2 33 16 0 %s %lld %lld %lld %lld", dir,
+                 scales[i], b, h, n, d);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+        snprintf(args, sizeof args, "tol %s ratio %s\n", want, ratio);
+        cr_assert_str_eq(out, args, "scale %s: the peers' rule against build/attn's", scales[i]);
+        snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+        cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    }
 }

@@ -1,9 +1,9 @@
 # tests/tests.mk: `make check` builds every tests/test_*.c into one Criterion binary and runs it.
 # GPU tests skip, with the reason, where there is no GPU or no CUDA build; the closing line counts
 # them. Criterion comes from the system (installed by tests/ensure-criterion.sh if it can). Then the
-# check's mutants (tests/mutants/mutants.mk: bugs planted in the CPU models must FAIL the check) and
-# the CPU break-it exercises run (workshop/workshop.mk); neither under SAN=1, and MUTANTS=0 or
-# WORKSHOP=0 leaves them out.
+# install test (lib/flashattn.mk's check-install), the check's mutants (tests/mutants/mutants.mk:
+# bugs planted in the CPU models must FAIL the check) and the CPU break-it exercises run
+# (workshop/workshop.mk); none of them under SAN=1, and MUTANTS=0 or WORKSHOP=0 leaves those two out.
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(BUILD)/test_attn
@@ -60,6 +60,10 @@ endif
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) $(TEST_BIN) $(SERIAL_CHECK_ARGS) -j1 --filter 'serial/*'
 	@echo "== every other test, in parallel"
 	$(CHECK_ENV) ATTN_BIN=$(ATTN) BENCH_BIN=$(BENCH_BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(PARALLEL_OMP_THREADS)} $(TEST_BIN) $(CHECK_ARGS) --filter '!(serial/*)'
+ifneq ($(SAN),1)
+	@echo "== the public library installed, and a program built against it outside the tree"
+	+@$(MAKE) --no-print-directory check-install
+endif
 ifeq ($(MUTANTS)$(SAN),1)
 	@echo "== the check's mutants (tests/mutants/): each bug planted in a CPU model must FAIL the check"
 	+@$(MAKE) --no-print-directory mutants
