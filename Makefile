@@ -187,7 +187,7 @@ FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*
                             kit/device_sm.h kit/backward_prep.cuh kit/backward_workspace.h suite/hold_signals.*) \
                   suite/attn_main.c 10_context_parallel/cp_bench_main.c \
                   tests/fa2_selftest.cu tests/fa2_selftest.h tests/test_fa2_blocks.c tests/test_flashattn.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c tests/test_backward_hopper_layout.c \
-                  tests/test_cli.c tests/test_context_parallel.c
+                  tests/test_cli.c tests/test_context_parallel.c tests/mutants/mutant_check.c tests/mutants/shadow/tiles_cpu.h
 CLANG_FORMAT   ?= clang-format
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || \

@@ -56,7 +56,12 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
         const float mx = fmaxf(m[r], cpu_tile_row_max(s, BCS));
         /* no visible key so far: 0 as the reference, so that x - m is never -inf - (-inf) */
         const float msc = (mx == -INFINITY ? 0.0f : mx) * sl2;
-        const float alpha = exp2f(fmaf(m[r], sl2, -msc));
+        /* alpha = 2^(m_old sl2 - msc) with m_old sl2 rounded as it was when it was this row's msc, so
+         * that an unchanged max gives exactly 1. fmaf(m_old, sl2, -msc) took the product unrounded:
+         * its rounding error, up to 2.4e-7, made alpha 1 + 2^-23 (or 1 - 2^-24) for most rows at every
+         * step the max held; O / l cancels it, but l and so the LSE drifted with the steps: at
+         * N = 2^20 + 1 (16384 steps) the LSE was off by 2.8 times its tolerance. */
+        const float alpha = exp2f(m[r] * sl2 - msc);
         cpu_trace_alpha(prm, w, q0 + r0 + r, alpha);
         m[r] = mx;
         float rowsum = 0.0f;

@@ -58,6 +58,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 U16 = 2.0 ** -11
 U32 = 2.0 ** -24
+EXP_ERR = 2.0 ** -22  # ex2.approx's relative error, a shift of the scores (suite/check.c's term (c))
+ETA_F16 = 2.0 ** -25  # half of fp16's subnormal spacing: a P' under 2^-14 is off by up to this (term (b))
 
 
 def log(msg, end="\n"):
@@ -313,20 +315,23 @@ def make_fn(torch, peer, q, k, v, causal, scale, kernels):
     return sdpa
 
 
-def o_tolerance(got, ref, vmax, sabs, D, n, lo, hi, fp16_scores=False, minimum=min, where=None):
+def o_tolerance(got, ref, mag, sub, vmax, sabs, D, n, lo, hi, fp16_scores=False, minimum=min, where=None):
     """suite/check.c's tolerance of one element of O (its header derives it; u = U16, fp16): tol =
-    2u|ref| + 2u Vmax + 2 ds Vmax + 8 sqrt(n) u32 Vmax + 1e-7 with ds = u32 (D + 16) Sabs, and, where
-    term (c) is its largest part (2 ds > 4u + 8 sqrt(n) u32), the rule of the range: no more than the
-    distance from ref to [lo - w, hi + w] on got's side, w = (4u + 8 sqrt(n) u32 + 5e-9) Vmax + 1e-7,
-    lo and hi the range of V's column over the keys within reach of the row's max (range_of_v).
-    fp16_scores: the path rounds its scores to fp16 before the softmax (torch_naive: q @ k^T in fp16),
-    an error of u16 Sabs that no stage makes, added to ds for it alone. got and ref: floats, or tensors
-    of a row with minimum=torch.minimum and where=torch.where."""
+    2u (|ref| + M) + 2E + expm1(2 (ds + 2^-22)) M + 8 sqrt(n) u32 M + 1e-7 with ds = u32 (D + 16) Sabs,
+    M = sum_j p_j |v_jd| and E = sum_j min(p_j, eta / l) |v_jd| the element's own magnitudes (mag and
+    sub, from the row's exact weights, as check_rows takes them), and, where term (c) is its largest
+    part (2 ds > 4u + 8 sqrt(n) u32), the rule of the range: no more than the distance from ref to
+    [lo - w, hi + w] on got's side, w = (4u + 8 sqrt(n) u32 + 5e-9) Vmax + 2E + 1e-7, lo and hi the
+    range of V's column over the keys within reach of the row's max (range_of_v). fp16_scores: the path
+    rounds its scores to fp16 before the softmax (torch_naive: q @ k^T in fp16), an error of u16 Sabs
+    that no stage makes, added to ds for it alone. got, ref, mag, sub, lo and hi: floats, or tensors of
+    a row with minimum=torch.minimum and where=torch.where."""
     ds = (U32 * (D + 16) + (U16 if fp16_scores else 0.0)) * sabs
-    tol = 2 * U16 * abs(ref) + 2 * U16 * vmax + 2 * ds * vmax + 8 * math.sqrt(n) * U32 * vmax + 1e-7
+    tol = (2 * U16 * (abs(ref) + mag) + 2 * sub + math.expm1(2 * (ds + EXP_ERR)) * mag
+           + 8 * math.sqrt(n) * U32 * mag + 1e-7)
     if not 2 * ds > 4 * U16 + 8 * math.sqrt(n) * U32:
         return tol
-    w = (4 * U16 + 8 * math.sqrt(n) * U32 + 5e-9) * vmax + 1e-7
+    w = (4 * U16 + 8 * math.sqrt(n) * U32 + 5e-9) * vmax + 2 * sub + 1e-7
     edge = (where(got > ref, hi + w - ref, ref - (lo - w)) if where is not None
             else hi + w - ref if got > ref else ref - (lo - w))
     return minimum(tol, edge)
@@ -356,7 +361,11 @@ def check_rows(torch, out, q, k, v, causal, scale, nrows, seed, fp16_scores=Fals
         kk = k[b, h, :n].double()
         vv = v[b, h, :n].double()
         s = (kk @ qi) * scale
-        ref = torch.softmax(s, dim=0) @ vv
+        e = torch.exp(s - s.max())
+        total = e.sum()
+        ref = (e / total) @ vv
+        mag = (e / total) @ vv.abs()  # M_d = sum_j p_j |v_jd|
+        sub = (torch.clamp(e, max=ETA_F16) / total) @ vv.abs()  # E_d = sum_j min(p_j, eta / l) |v_jd|
         got = out[b, h, i].double()
         if not bool(torch.isfinite(got).all()):
             finite = False
@@ -365,7 +374,7 @@ def check_rows(torch, out, q, k, v, causal, scale, nrows, seed, fp16_scores=Fals
         vmax = float(vv.abs().max())
         near = s >= s.max() - range_reach(sabs, D, n, fp16_scores)
         lo, hi = vv[near].min(0).values, vv[near].max(0).values
-        tol = o_tolerance(got, ref, vmax, sabs, D, n, lo, hi, fp16_scores, torch.minimum, torch.where)
+        tol = o_tolerance(got, ref, mag, sub, vmax, sabs, D, n, lo, hi, fp16_scores, torch.minimum, torch.where)
         err = (got - ref).abs()
         max_err = max(max_err, float(err.max()))
         worst = max(worst, float((err / tol).max()))

@@ -15,8 +15,10 @@
  * The layout is chosen for speed without changing that: a head's K is decoded once, transposed, so
  * that a row's scores are computed key-parallel (s_j += q_d k_dj for all j, d by d: the compiler
  * vectorises the loop over j, each s_j is still summed in the order d = 0 .. D-1).
- * The check's rule of the range (check.c) needs these same scores: asked for a row, the range of V
- * over the keys with s_j >= m - reach is taken from s before the exp, at O(D) per such key.
+ * The check (check.c) needs more of these same scores and weights, asked for per row: the range of V
+ * over the keys with s_j >= m - reach (its rule of the range), taken from s before the exp, and the
+ * magnitudes its tolerance is made of, sum_j p_j |v_jd| and sum_j min(p_j, eta / l) |v_jd|, summed
+ * from the same p_j in O's own pass over V; each at O(D) per key, as O itself.
  */
 #include "reference.h"
 
@@ -63,30 +65,38 @@ static double reference_scores(const attn_problem *p, const double *Kt, const ui
     return m;
 }
 
-/* o and LSE from the scores s of nkeys keys and their max m; s is overwritten by exp(s_j - m). */
-static void reference_average(const attn_problem *p, const double *V, int64_t nkeys, double m, double *s,
-                              double *o, double *lse) {
-    const int64_t D = p->D;
+/* s_j = exp(s_j - m) over the nkeys keys, in place; returns l, their sum. */
+static double reference_weights(int64_t nkeys, double m, double *s) {
     double l = 0.0;
     for (int64_t j = 0; j < nkeys; j++) {
         s[j] = exp(s[j] - m);
         l += s[j];
     }
+    return l;
+}
+
+/* o = sum_j p_j v_j over the nkeys keys, p_j = s_j / l, from the weights s and their sum l; with mag
+ * (the check's magnitudes, check.c) also mag[d] = sum_j p_j |v_jd| and sub[d] = sum_j min(p_j, eta / l)
+ * |v_jd| (min(p_j, eta / l) = min(s_j, eta) / l; eta = 0: sub = 0), in the same pass over V. */
+static void reference_average(int64_t D, const double *V, int64_t nkeys, double l, const double *s, double eta,
+                              double *o, double *mag, double *sub) {
     for (int64_t d = 0; d < D; d++) o[d] = 0.0;
-    int64_t j = 0;
-    for (; j + 2 <= nkeys; j += 2) { /* two keys per pass over o, summed in order */
-        const double p0 = s[j] / l, p1 = s[j + 1] / l;
-        const double *v0 = V + j * D, *v1 = v0 + D;
+    for (int64_t d = 0; mag && d < D; d++) mag[d] = 0.0, sub[d] = 0.0;
+    for (int64_t j = 0; j < nkeys; j++) { /* each o[e] summed over the keys in order */
+        const double pj = s[j] / l, fj = fmin(s[j], eta) / l, *vj = V + j * D;
+        if (!mag) {
 #pragma omp simd
-        for (int64_t e = 0; e < D; e++) o[e] = (o[e] + p0 * v0[e]) + p1 * v1[e];
-    }
-    for (; j < nkeys; j++) {
-        const double pj = s[j] / l;
-        const double *vj = V + j * D;
+            for (int64_t e = 0; e < D; e++) o[e] += pj * vj[e];
+            continue;
+        }
 #pragma omp simd
-        for (int64_t e = 0; e < D; e++) o[e] += pj * vj[e];
+        for (int64_t e = 0; e < D; e++) {
+            const double a = fabs(vj[e]);
+            o[e] += pj * vj[e];
+            mag[e] += pj * a;
+            sub[e] += fj * a;
+        }
     }
-    *lse = m + log(l);
 }
 
 /* lo[d], hi[d]: the least and largest v_jd over the keys whose score s_j is at least `floor` (the max
@@ -150,14 +160,14 @@ int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, c
     return failed;
 }
 
-/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. reach
- * (NULL in attn_reference_rows) asks for the range of V near each row's max as well. */
+/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. x
+ * (NULL in attn_reference_rows) asks for what the check needs besides O and LSE. */
 typedef struct {
     const attn_problem *p;
     const uint16_t *q, *k, *v;
     const int64_t *rows;
-    const double *reach;
-    double *o, *lse, *lo, *hi;
+    const attn_reference_extras *x;
+    double *o, *lse;
 } reference_walk;
 
 static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
@@ -168,14 +178,19 @@ static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
 
 static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const reference_walk *c = ctx;
+    const attn_reference_extras *x = c->x;
     const int64_t N = c->p->N, D = c->p->D, row = c->rows[r], nkeys = c->p->causal ? row % N + 1 : N;
     const double *Kt = head, *V = Kt + N * D;
-    const double m = reference_scores(c->p, Kt, c->q + row * D, nkeys, scratch);
-    if (c->reach && c->reach[r] >= 0.0)
-        near_range(D, V, scratch, nkeys, m - c->reach[r], c->lo + r * D, c->hi + r * D);
-    else if (c->reach)
-        for (int64_t d = 0; d < D; d++) c->lo[r * D + d] = -INFINITY, c->hi[r * D + d] = INFINITY;
-    reference_average(c->p, V, nkeys, m, scratch, c->o + r * D, c->lse + r);
+    double *s = scratch;
+    const double m = reference_scores(c->p, Kt, c->q + row * D, nkeys, s);
+    if (x && x->reach[r] >= 0.0)
+        near_range(D, V, s, nkeys, m - x->reach[r], x->lo + r * D, x->hi + r * D);
+    else if (x)
+        for (int64_t d = 0; d < D; d++) x->lo[r * D + d] = -INFINITY, x->hi[r * D + d] = INFINITY;
+    const double l = reference_weights(nkeys, m, s);
+    reference_average(D, V, nkeys, l, s, x ? x->eta : 0.0, c->o + r * D, x ? x->mag + r * D : NULL,
+                      x ? x->sub + r * D : NULL);
+    c->lse[r] = m + log(l);
 }
 
 attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows, int64_t nrows) {
@@ -188,13 +203,13 @@ attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows
     return ATTN_OK;
 }
 
-attn_status attn_reference_rows_near(const attn_problem *p, const uint16_t *q, const uint16_t *k,
-                                     const uint16_t *v, const int64_t *rows, int64_t nrows,
-                                     const double *reach, double *o, double *lse, double *lo, double *hi) {
+attn_status attn_reference_rows_extras(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                                       const uint16_t *v, const int64_t *rows, int64_t nrows,
+                                       const attn_reference_extras *x, double *o, double *lse) {
     attn_status st = attn_reference_rows_valid(p, rows, nrows);
     if (st != ATTN_OK) return st;
     const int64_t N = p->N, D = p->D;
-    reference_walk c = {p, q, k, v, rows, reach, o, lse, lo, hi};
+    reference_walk c = {p, q, k, v, rows, x, o, lse};
     const attn_head_walk w = {(size_t)(2 * N * D) * sizeof(double), (size_t)N * sizeof(double),
                               reference_decode, reference_walk_row, &c};
     char size[32];
@@ -207,5 +222,5 @@ attn_status attn_reference_rows_near(const attn_problem *p, const uint16_t *q, c
 attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k,
                                 const uint16_t *v, const int64_t *rows, int64_t nrows, double *o,
                                 double *lse) {
-    return attn_reference_rows_near(p, q, k, v, rows, nrows, NULL, o, lse, NULL, NULL);
+    return attn_reference_rows_extras(p, q, k, v, rows, nrows, NULL, o, lse);
 }

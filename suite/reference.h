@@ -19,14 +19,24 @@ attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const 
 /* ATTN_OK when p is valid and rows[] sorted and within it, as the functions here need; else ATTN_EINVAL. */
 attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows, int64_t nrows);
 
-/* attn_reference_rows, and for the r-th listed row, when reach[r] >= 0, the range of V over the keys
- * whose score is within reach[r] of the row's largest: lo[r*D + d] and hi[r*D + d], the least and
- * largest v_jd over the keys j the row sees with s_j >= max_j s_j - reach[r], taken from the same
- * double scores as o (check.c's rule of the range). reach[r] < 0 asks for no range: lo = -inf,
- * hi = +inf, and the row costs nothing more. */
-attn_status attn_reference_rows_near(const attn_problem *p, const uint16_t *q, const uint16_t *k,
-                                     const uint16_t *v, const int64_t *rows, int64_t nrows,
-                                     const double *reach, double *o, double *lse, double *lo, double *hi);
+/* What the check (check.c) asks of the reference besides O and LSE, for the r-th listed row, from the
+ * same double scores and weights as o (check.c's header says what each is for):
+ *   - when reach[r] >= 0, the range of V over the keys whose score is within reach[r] of the row's
+ *     largest: lo[r*D + d] and hi[r*D + d], the least and largest v_jd over the keys j the row sees
+ *     with s_j >= max_j s_j - reach[r] (the rule of the range); reach[r] < 0 asks for no range:
+ *     lo = -inf, hi = +inf, and the row costs nothing more;
+ *   - mag[r*D + d] = sum_j p_j |v_jd| and sub[r*D + d] = sum_j min(p_j, eta / l) |v_jd|, over the keys
+ *     the row sees, with p_j = e^(s_j - m) / l and l = sum_j e^(s_j - m). */
+typedef struct {
+    const double *reach; /* [nrows] */
+    double eta;
+    double *lo, *hi, *mag, *sub; /* [nrows * D] each */
+} attn_reference_extras;
+
+/* attn_reference_rows, and x's arrays filled for every listed row (x NULL: O and LSE alone). */
+attn_status attn_reference_rows_extras(const attn_problem *p, const uint16_t *q, const uint16_t *k,
+                                       const uint16_t *v, const int64_t *rows, int64_t nrows,
+                                       const attn_reference_extras *x, double *o, double *lse);
 
 /* How a check spreads its rows over the threads. Short heads (N * D <= 64 Ki, more than two heads'
  * rows listed) go a head per thread, each decoding its own K and V; long heads one at a time, their

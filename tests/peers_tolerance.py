@@ -41,13 +41,16 @@ def main(argv):
     s = [scale * sum(row[t] * k[base + j * D + t] for t in range(D)) for j in keys]
     m = max(s)
     w = [math.exp(x - m) for x in s]
-    ref = sum(w[j] * v[base + j * D + d] for j in keys) / sum(w)
+    total = sum(w)
+    ref = sum(w[j] * v[base + j * D + d] for j in keys) / total
+    mag = sum(w[j] * abs(v[base + j * D + d]) for j in keys) / total
+    sub = sum(min(w[j], peers.ETA_F16) * abs(v[base + j * D + d]) for j in keys) / total
     vmax = max(abs(v[base + j * D + t]) for j in keys for t in range(D))
     sabs = abs(scale) * max(sum(abs(row[t] * k[base + j * D + t]) for t in range(D)) for j in keys)
     reach = peers.range_reach(sabs, D, len(keys))
     near = [v[base + j * D + d] for j in keys if s[j] >= m - reach]
     got = o[base + n * D + d]
-    tol = peers.o_tolerance(got, ref, vmax, sabs, D, len(keys), min(near), max(near))
+    tol = peers.o_tolerance(got, ref, mag, sub, vmax, sabs, D, len(keys), min(near), max(near))
     print("tol %.3g ratio %.3f" % (tol, abs(got - ref) / tol))
 
 

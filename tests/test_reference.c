@@ -3,6 +3,7 @@
  * and the fp16/bf16 conversions both rest on. Stage 01 and the reference, written apart, are checked
  * against each other, and stage 01 against properties that need no reference at all.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -357,9 +358,10 @@ static void run_cpu_stage(const char *id, const attn_inputs *in, uint16_t *o, fl
 }
 
 /* The tolerances are the header's formulas, term by term, on a case small enough to work by hand:
- * N = 2, D = 1, q = k = 0, so both scores are 0 (Sabs = 0, ds = 0: no range rule), v = (1, 0.5):
- * O_ref = 0.75, Vmax = 1, LSE_ref = ln 2, and
- *   tol     = 2u 0.75 + 2u 1 + 8 sqrt(2) 2^-24 1 + 1e-7
+ * N = 2, D = 1, q = k = 0, so both scores are 0 (Sabs = 0, ds = 0: ds' = 2^-22, no range rule),
+ * p = (1/2, 1/2) with l = 2, v = (1, 0.5): O_ref = M = 0.75, E = 2^-26 (1 + 0.5) = 0.75 2^-25 for fp16
+ * (min(p_j, eta / l) = min(1/2, 2^-25 / 2) for both keys), 0 for bf16, LSE_ref = ln 2, and
+ *   tol     = 2u 0.75 + 2u 0.75 + 2E + expm1(2^-21) 0.75 + 8 sqrt(2) 2^-24 0.75 + 1e-7
  *   tol_lse = 2^-24 (8 sqrt(2) + 16) + 4 2^-24 ln 2 + 1e-6.
  * Row 0's O and LSE are a few units off, row 1's exact: the worst element reports its tol, and the LSE's
  * worst ratio is its error over tol_lse. */
@@ -372,13 +374,14 @@ Test(check, tolerances_are_the_documented_bounds) {
         cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
         in.q[0] = in.q[1] = in.k[0] = in.k[1] = 0; /* +0 in fp16 and bf16 */
         in.v[0] = attn_from_f32(1.0f, p.dtype), in.v[1] = attn_from_f32(0.5f, p.dtype);
-        const double u = attn_unit_roundoff(p.dtype);
+        const double u = attn_unit_roundoff(p.dtype), e = p.dtype == ATTN_F16 ? 0.75 * 0x1p-25 : 0.0;
         const float got = 0.75f + 3.0f * (float)u; /* 3 units of the 16-bit type in [0.5, 1): exact */
         uint16_t o[2] = {attn_from_f32(got, p.dtype), attn_from_f32(0.75f, p.dtype)};
         float lse[2] = {(float)log(2.0) + 1e-6f, (float)log(2.0)};
         attn_check c;
         check_all_rows(&in, o, lse, &c);
-        const double tol = 2.0 * u * 0.75 + 2.0 * u + 8.0 * sqrt(2.0) * u32 + 1e-7;
+        const double tol = 2.0 * u * 0.75 + 2.0 * u * 0.75 + 2.0 * e + expm1(0x1p-21) * 0.75 +
+                           8.0 * sqrt(2.0) * u32 * 0.75 + 1e-7;
         const double tol_lse = u32 * (8.0 * sqrt(2.0) + 16.0) + 4.0 * u32 * log(2.0) + 1e-6;
         cr_assert(c.worst_n == 0 && c.worst_got == got && c.worst_want == 0.75 && !c.worst_by_range,
                   "%s: worst [n=%lld] got %.9g want %.9g by range %d", attn_dtype_name(p.dtype),
@@ -394,6 +397,29 @@ Test(check, tolerances_are_the_documented_bounds) {
         cr_assert(c.pass == (3.0 * u <= tol && lse_err <= tol_lse), "the verdict is the ratios'");
         attn_inputs_free(&in);
     }
+}
+
+/* The tolerance of an element is made of its own column's magnitudes, M_d = sum_j p_j |v_jd|, not of the
+ * largest |v| the row sees. N = 2, D = 2, q = k = 0 (p = (1/2, 1/2)), v = ((1024, 1), (-1024, 0.5)):
+ * O_ref = (0, 0.75), M = (1024, 0.75). O_1 off by 2^-8 (8 units of fp16 in [0.5, 1), 2.7 times its
+ * tolerance of about 3u + 4.6e-7) must fail; the rule before took 2u 1024 + ... = 1 for it. */
+Test(check, tolerance_is_the_columns_own) {
+    attn_problem p = attn_problem_make(1, 1, 2, 2, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 5, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    for (int e = 0; e < 4; e++) in.q[e] = in.k[e] = 0;
+    in.v[0] = attn_f2h(1024.0f), in.v[1] = attn_f2h(1.0f), in.v[2] = attn_f2h(-1024.0f), in.v[3] = attn_f2h(0.5f);
+    const float got = 0.75f + 0x1p-8f;
+    uint16_t o[4] = {attn_f2h(0.0f), attn_f2h(got), attn_f2h(0.0f), attn_f2h(0.75f)};
+    attn_check c;
+    cr_assert(!check_all_rows(&in, o, NULL, &c), "O_1 off by 2^-8 passed: worst ratio %g", c.worst_ratio);
+    const double u = 0x1p-11, tol = 2.0 * u * 0.75 + 2.0 * u * 0.75 + 2.0 * 0.75 * 0x1p-25 +
+                                     expm1(0x1p-21) * 0.75 + 8.0 * sqrt(2.0) * 0x1p-24 * 0.75 + 1e-7;
+    cr_assert(c.worst_n == 0 && c.worst_d == 1 && fabs(c.worst_tol - tol) <= 1e-15,
+              "worst [n=%lld d=%lld] tol %.17g, want [n=0 d=1] tol %.17g", (long long)c.worst_n,
+              (long long)c.worst_d, c.worst_tol, tol);
+    cr_assert(fabs(c.worst_ratio - 0x1p-8 / tol) <= 1e-12 && c.worst_ratio > 2.5, "ratio %g", c.worst_ratio);
+    attn_inputs_free(&in);
 }
 
 Test(check, large_scores_fail_zero_output) {
@@ -431,6 +457,23 @@ Test(check, large_scores_fail_next_keys_value) {
         }
 }
 
+/* E_d of the check's header for one row and column of a causal fp16 head: sum_j min(p_j, 2^-25 / l) |v_jd|
+ * over the keys 0 .. row, from scores computed here in double. */
+static double subnormal_share(const attn_inputs *in, int64_t row, int64_t d) {
+    const int64_t D = in->p.D;
+    double s[512], m = -INFINITY, l = 0.0, e = 0.0;
+    cr_assert(row < 512);
+    for (int64_t j = 0; j <= row; j++) {
+        s[j] = 0.0;
+        for (int64_t x = 0; x < D; x++) s[j] += (double)attn_h2f(in->q[row * D + x]) * attn_h2f(in->k[j * D + x]);
+        s[j] *= in->p.scale;
+        m = fmax(m, s[j]);
+    }
+    for (int64_t j = 0; j <= row; j++) l += exp(s[j] - m);
+    for (int64_t j = 0; j <= row; j++) e += fmin(exp(s[j] - m), 0x1p-25) / l * fabs(attn_h2f(in->v[j * D + d]));
+    return e;
+}
+
 Test(check, large_scores_fail_output_outside_range_of_v) {
     /* 04m-no-alpha's symptom: an element outside the range of v over every key the row sees (no
      * average of them can be there), a quarter of Vmax past it; the rest of O correct (stage 01). */
@@ -456,8 +499,9 @@ Test(check, large_scores_fail_output_outside_range_of_v) {
     /* and the report says which rule caught it, with the range (attn --check prints both) */
     cr_assert(c.worst_by_range && c.worst_lo <= c.worst_hi && c.worst_hi < attn_h2f(o[row * D + d]),
               "by_range %d, range [%g, %g]", c.worst_by_range, c.worst_lo, c.worst_hi);
-    /* its tol reaches the range's edge widened by the header's w = (4u + 8 sqrt(N) u32 + 5e-9) Vmax + 1e-7 */
-    const double w = (4.0 * 0x1p-11 + 8.0 * sqrt(300.0) * 0x1p-24 + 5e-9) * vmax + 1e-7;
+    /* its tol reaches the range's edge widened by the header's
+     * w = (4u + 8 sqrt(N) u32 + 5e-9) Vmax + 2 E_d + 1e-7 */
+    const double w = (4.0 * 0x1p-11 + 8.0 * sqrt(300.0) * 0x1p-24 + 5e-9) * vmax + 2.0 * subnormal_share(&in, row, d) + 1e-7;
     cr_assert(fabs(c.worst_tol - (c.worst_hi + w - c.worst_want)) <= 1e-12,
               "tol %.17g, the edge hi + w - want %.17g", c.worst_tol, c.worst_hi + w - c.worst_want);
     free(o), free(lse);
@@ -499,3 +543,37 @@ Test(check, large_scores_pass_every_cpu_stage) {
 }
 
 Test(check, default_scale_passes_every_cpu_stage) { correct_stages_pass(0.0f); }
+
+/* The largest |scale| attn_inputs_check_scale takes for these inputs, less 2^-10 of it: the bound
+ * |scale| log2(e) D max|q| max|k| <= 2^24 (stages 03-05's |scale| log2(e) max|q| <= 2^120 is far
+ * looser). */
+static float largest_scale(const attn_inputs *in) {
+    const int64_t n = attn_qkv_elems(&in->p);
+    double qmax = 0.0, kmax = 0.0;
+    for (int64_t e = 0; e < n; e++) {
+        qmax = fmax(qmax, fabs((double)attn_to_f32(in->q[e], in->p.dtype)));
+        kmax = fmax(kmax, fabs((double)attn_to_f32(in->k[e], in->p.dtype)));
+    }
+    return (float)(ATTN_MAX_SCORE_LOG2 / (1.4426950408889634 * (double)in->p.D * qmax * kmax) * (1.0 - 0x1p-10));
+}
+
+/* Issue 58: a correct stage passes at every scale the suite accepts, and at the smallest N. Stage 01
+ * and the CPU models, each dtype, causal and not, at N = 1, 2, 17 and 300, with |scale| = FLT_MIN (the
+ * smallest --scale takes: every score about 0, O the mean of V), the default 1/8 and the largest the
+ * inputs take (scores up to 2^24 / log2(e), one key per row all but alone), each with either sign. */
+Test(check, extreme_scales_and_small_n_pass_every_cpu_stage) {
+    static const char *ids[] = {"01", "03m", "04m", "05m", "06m"};
+    static const int64_t Ns[] = {1, 2, 17, 300};
+    for (int s = 0; s < (int)(sizeof ids / sizeof ids[0]); s++)
+        for (int t = 0; t <= ATTN_BF16; t++)
+            for (int n = 0; n < 4 && (attn_find_stage(ids[s])->dtypes & ATTN_DTYPE_BIT(t)); n++)
+                for (int causal = 0; causal <= 1; causal++) {
+                    attn_inputs in;
+                    scaled_inputs(&in, Ns[n], causal, (attn_dtype)t, 0.0f);
+                    const float scales[] = {FLT_MIN, 0.125f, largest_scale(&in)};
+                    attn_inputs_free(&in);
+                    for (int k = 0; k < 6; k++) /* N = 300 at the default scale: the tests above */
+                        if (Ns[n] < 300 || k / 2 != 1)
+                            stage_passes(ids[s], (attn_dtype)t, Ns[n], causal, k % 2 ? -scales[k / 2] : scales[k / 2]);
+                }
+}

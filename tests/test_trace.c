@@ -85,6 +85,53 @@ Test(trace, stages_without_a_trace_and_rows_past_n_are_refused) {
     EXPECT_REFUSED(attn, out, "--stage 04m --seq 64 --trace-row 1 --trace-row 2", "--trace-row given twice");
 }
 
+/* A step that leaves a row's max where it was must rescale nothing: alpha exactly 1. 06m took alpha
+ * from fmaf(m_old, sl2, -msc), the exact product against the rounded msc its P were taken with: for
+ * most rows 1 + 2^-23 or 1 - 2^-24 at every such step, so l, and the LSE with it, drifted with the
+ * number of steps (LSE err/tol 2.84 at N = 2^20 + 1; tests/mutants/run.sh's run there). Here 16 rows of
+ * each model at N = 1025 (06m: 16 steps of 64 keys a row), through the library's trace callback, which
+ * sees alpha as the model holds it: before the fix 06m had such a step on most of them. */
+typedef struct {
+    float m_prev;
+    int steps, held, not_one;
+    float bad_alpha;
+} alpha_watch;
+
+static void watch_alpha(const attn_trace *t, const attn_trace_step *st) {
+    alpha_watch *w = t->ctx;
+    if (w->steps++ > 0 && st->m == w->m_prev) {
+        w->held++;
+        if (st->alpha != 1.0f) w->not_one++, w->bad_alpha = st->alpha;
+    }
+    w->m_prev = st->m;
+}
+
+Test(trace, an_unchanged_max_rescales_by_exactly_one) {
+    static const char *ids[] = {"04m", "05m", "06m"};
+    attn_problem p = attn_problem_make(1, 1, 1025, 64, 0);
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 1, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    uint16_t *o = malloc((size_t)attn_qkv_elems(&p) * 2);
+    float *lse = malloc((size_t)attn_rows(&p) * 4);
+    cr_assert(o && lse);
+    for (int s = 0; s < 3; s++) {
+        const attn_stage *stage = attn_find_stage(ids[s]);
+        int held = 0;
+        for (int64_t row = 0; row < 16; row++) {
+            alpha_watch w = {0};
+            const attn_trace t = {row, watch_alpha, &w};
+            const attn_args a = {.q = in.q, .k = in.k, .v = in.v, .o = o, .lse = lse, .gpus = 1, .trace = &t};
+            cr_assert_eq(stage->run(&p, &a), ATTN_OK, "%s: %s", ids[s], attn_last_error());
+            cr_assert_eq(w.not_one, 0, "%s row %lld: %d of %d steps kept the max and rescaled by %.9g, not 1",
+                         ids[s], (long long)row, w.not_one, w.held, (double)w.bad_alpha);
+            held += w.held;
+        }
+        cr_assert_gt(held, 16 * 8, "%s: only %d steps kept the max: the test saw too little", ids[s], held);
+    }
+    free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
 /* ---- make diff A=.. B=.. ------------------------------------------------------------------------- */
 
 static int stage_diff(const char *args) {

@@ -1,8 +1,9 @@
 # tests/tests.mk: `make check` builds every tests/test_*.c into one Criterion binary and runs it.
 # GPU tests skip, with the reason, where there is no GPU or no CUDA build; the closing line counts
 # them. Criterion comes from the system (installed by tests/ensure-criterion.sh if it can). Then the
-# install test (lib/flashattn.mk's check-install; not under SAN=1) and the CPU break-it exercises run
-# (workshop/workshop.mk; not under SAN=1, and WORKSHOP=0 leaves them out).
+# install test (lib/flashattn.mk's check-install), the check's mutants (tests/mutants/mutants.mk:
+# bugs planted in the CPU models must FAIL the check) and the CPU break-it exercises run
+# (workshop/workshop.mk); none of them under SAN=1, and MUTANTS=0 or WORKSHOP=0 leaves those two out.
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(BUILD)/test_attn
@@ -25,6 +26,8 @@ PARALLEL_OMP_THREADS ?= 2
 # 2 cores the stage tests took 117 s spinning, 53 s with passive waiting).
 CHECK_ENV ?= OMP_WAIT_POLICY=passive
 WORKSHOP ?= 1
+
+include tests/mutants/mutants.mk
 
 .PHONY: check check-body test-bin
 $(TEST_BIN): $(TEST_SRC) tests/test_util.h 09_overlap/work_units.h kit/hopper_desc.h kit/grid_order.h 14_backward_hopper/backward_hopper_layout.h $(TEST_CU_OBJ) $(LIB) $(ATTN)
@@ -60,6 +63,10 @@ endif
 ifneq ($(SAN),1)
 	@echo "== the public library installed, and a program built against it outside the tree"
 	+@$(MAKE) --no-print-directory check-install
+endif
+ifeq ($(MUTANTS)$(SAN),1)
+	@echo "== the check's mutants (tests/mutants/): each bug planted in a CPU model must FAIL the check"
+	+@$(MAKE) --no-print-directory mutants
 endif
 ifeq ($(WORKSHOP)$(SAN),1)
 	@echo "== the CPU break-it exercises (workshop/): each broken tree must FAIL its check"
