@@ -307,7 +307,8 @@ static __device__ __forceinline__ void add_dq_in_order(const bwd_hop_params *p, 
             const int idx = base + 2 * c, row = q0 + bwh_acc_row(tid, idx);
             if (idx >= D / 2 || row >= p->n) continue;
             v[c].x += dq[idx], v[c].y += dq[idx + 1];
-            __stcg(reinterpret_cast<float2 *>(p->dq_acc + (bh * p->n + row) * D + bwh_acc_col(tid, idx)), v[c]);
+            __stcg(reinterpret_cast<float2 *>(p->dq_acc + (bh * p->n + row) * D + bwh_acc_col(tid, idx)),
+                   v[c]);
         }
     }
     __threadfence();
