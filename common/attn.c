@@ -46,19 +46,39 @@ attn_status attn_problem_validate(const attn_problem *p) {
                          (double)FLT_MIN, (double)FLT_MAX, (double)p->scale);
     if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
         return attn_fail(ATTN_EINVAL, "dtype must be fp16 or bf16");
+    /* GQA and a key count of its own: K and V are [B, H_kv, N_k, D], query head h reading K/V head
+     * h / (H / H_kv) (attn_kv_head) */
+    if (p->H_kv < 1 || p->H_kv > p->H || p->H % p->H_kv != 0)
+        return attn_fail(ATTN_EINVAL, "kv heads must divide heads = %lld, 1..%lld (got %lld)", (long long)p->H,
+                         (long long)p->H, (long long)p->H_kv);
+    if (p->N_k < 1 || p->N_k > ATTN_MAX_N)
+        return attn_fail(ATTN_EINVAL, "seq-k must be 1..%d (got %lld)", ATTN_MAX_N, (long long)p->N_k);
     /* B*H*N*D must fit in int64 and its bytes in size_t: with the bounds above B*H*N <= 2^64 would
      * not hold, so check the product against 2^62 elements (8 EiB of fp16, far past any device). */
     double elems = (double)p->B * (double)p->H * (double)p->N * (double)p->D;
     if (elems > 0x1p62) /* 2^62 itself is valid; a product that rounds down onto it is still far inside int64 */
         return attn_fail(ATTN_EINVAL, "batch*heads*seq*dim = %.3g elements is too large (limit 2^62)", elems);
+    elems = (double)p->B * (double)p->H_kv * (double)p->N_k * (double)p->D;
+    if (elems > 0x1p62)
+        return attn_fail(ATTN_EINVAL, "batch*kv-heads*seq-k*dim = %.3g elements is too large (limit 2^62)", elems);
     return ATTN_OK;
 }
 
 int64_t attn_qkv_elems(const attn_problem *p) { return p->B * p->H * p->N * p->D; }
 int64_t attn_rows(const attn_problem *p) { return p->B * p->H * p->N; }
+int64_t attn_kv_elems(const attn_problem *p) { return p->B * p->H_kv * p->N_k * p->D; }
+int64_t attn_kv_head(const attn_problem *p, int64_t bh) {
+    return bh / p->H * p->H_kv + bh % p->H / (p->H / p->H_kv);
+}
+
+int64_t attn_visible_keys(const attn_problem *p, int64_t i) {
+    if (!p->causal) return p->N_k;
+    const int64_t last = i + p->N_k - p->N; /* the bottom-right diagonal */
+    return last < 0 ? 0 : last + 1;
+}
 
 double attn_flops(const attn_problem *p) {
-    double f = 4.0 * (double)p->B * (double)p->H * (double)p->N * (double)p->N * (double)p->D;
+    double f = 4.0 * (double)p->B * (double)p->H * (double)p->N * (double)p->N_k * (double)p->D;
     return p->causal ? f / 2.0 : f;
 }
 

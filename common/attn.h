@@ -5,9 +5,15 @@
  * the base-2 exponent.
  *
  * Contract (shared by all stages):
- *   Q, K, V, O  contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
+ *   Q, O        contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
+ *   K, V        contiguous row-major [B, H_kv, N_k, D]; query head h reads K/V head h / (H / H_kv).
+ *               Every stage takes H_kv = H, N_k = N; the registry says which take more (stage.h)
  *   LSE         float32 [B, H, N], natural log of sum_j exp(scale * q_i . k_j) over the keys that
- *               query i may see (all N, or 0..i when causal)
+ *               query i may see (all N_k, or 0 .. i + N_k - N when causal: the mask aligned to the
+ *               bottom right, as FlashAttention-2 from 2.1; keys 0..i when N_k = N)
+ *   empty row   causal with N > N_k: query i < N - N_k sees no key. Its O is 0 and its LSE -inf
+ *               (FlashAttention's choice: the sum over no key is 0, and ln 0 = -inf); the check
+ *               takes exactly that, and no NaN
  *   scale       defaults to 1/sqrt(D)
  * Library functions never exit: they return an attn_status and leave a one-line message in
  * attn_last_error(). Only main() turns a status into an exit code.
@@ -47,9 +53,15 @@ float attn_exp2_scale(float scale);
 /* ATTN_OK, or ATTN_EINVAL with a message naming the field and its allowed range. */
 attn_status attn_problem_validate(const attn_problem *p);
 
-int64_t attn_qkv_elems(const attn_problem *p); /* B*H*N*D */
+int64_t attn_qkv_elems(const attn_problem *p); /* B*H*N*D: Q and O (and K, V when H_kv = H, N_k = N) */
+int64_t attn_kv_elems(const attn_problem *p);  /* B*H_kv*N_k*D: K and V, each */
 int64_t attn_rows(const attn_problem *p);      /* B*H*N   */
-/* 4*B*H*N*N*D, half of that when causal (the convention FlashAttention's benchmarks use). */
+/* The K/V head, b*H_kv + h / (H / H_kv), that query head bh = b*H + h reads. */
+int64_t attn_kv_head(const attn_problem *p, int64_t bh);
+/* How many keys query row i (0..N-1) sees, keys 0 .. that - 1: N_k, or when causal i + N_k - N + 1
+ * (bottom-right), 0 for the rows i < N - N_k that see none. */
+int64_t attn_visible_keys(const attn_problem *p, int64_t i);
+/* 4*B*H*N*N_k*D, half of that when causal (the convention FlashAttention's benchmarks use). */
 double attn_flops(const attn_problem *p);
 const char *attn_dtype_name(attn_dtype t);
 

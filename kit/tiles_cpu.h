@@ -224,6 +224,10 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
                                         int Bc, cpu_row_tile_fn row_tile) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
+    if (p->H_kv != p->H || p->N_k != p->N) /* the models index K and V as Q (the registry refuses first) */
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes H_kv == H and N_k == N only (got H_kv %lld of H %lld, "
+                         "N_k %lld of N %lld)", stage, (long long)p->H_kv, (long long)p->H, (long long)p->N_k,
+                         (long long)p->N);
     const int64_t BH = p->B * p->H, N = p->N, D = p->D;
     const int Tr = (int)((N + Br - 1) / Br), Tc = (int)((N + Bc - 1) / Bc);
     const int64_t blocks = BH * Tr;

@@ -15,6 +15,8 @@
  *       the scale and log2(e) multiplies, the max subtraction and ex2.approx's 2^-22 error). A
  *       shift ds in the scores moves the softmax average by at most 2 * ds * Vmax.
  *   (d) fp32 sums over N keys of p and p v (and the rescales by alpha): 8 sqrt(N) u32 Vmax.
+ *       Here and below N counts the keys a row's sums run over: N_k where it differs from the
+ *       queries' N (common/attn.h), as in ln N of the reach.
  * tol = 2u|O_ref| + 2u Vmax + 2 ds Vmax + 8 sqrt(N) u32 Vmax + 1e-7: the bounds of (a) and (b) with
  * a factor 2 of headroom (FlashAttention's own rule allows twice the error of a same-precision
  * naive computation), (c) and (d) as derived. For LSE (float32, natural log):
@@ -47,6 +49,9 @@
  * would only cost time: 45% more for the check (1.07 s to 1.54 s for the 8416 rows of B = 2, H = 8,
  * N = 4096, D = 64 on 2 cores).
  *
+ * A row that sees no key (causal with N > N_k, common/attn.h) has O_ref = 0, Vmax = Sabs = 0 and so
+ * tol = 1e-7: its O must be 0, and its LSE exactly -inf (a finite LSE or a NaN there fails).
+ *
  * The check fails on the maximum of |err| / tol' over every checked element (never on a mean), on
  * any NaN or inf, and on LSE the same way. A NaN that still has the poison's bits (all ones, which
  * the stages' arithmetic and conversions never produce: theirs are 0x7e00, 0x7fff, 0xfe00,
@@ -75,8 +80,8 @@ typedef struct {
 
 static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
     const attn_inputs *in = ((const bounds_walk *)ctx)->in;
-    const int64_t N = in->p.N, D = in->p.D;
-    const uint16_t *k = in->k + bh * N * D, *v = in->v + bh * N * D;
+    const int64_t N = in->p.N_k, D = in->p.D, kv = attn_kv_head(&in->p, bh);
+    const uint16_t *k = in->k + kv * N * D, *v = in->v + kv * N * D;
     const attn_dtype t = in->p.dtype;
     float *kabs = head, *vkey = kabs + N * D;
 #pragma omp parallel for schedule(static) if (parallel)
@@ -93,7 +98,7 @@ static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
 static void bounds_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const bounds_walk *c = ctx;
     const attn_problem *p = &c->in->p;
-    const int64_t N = p->N, D = p->D, row = c->rows[r], nvis = p->causal ? row % N + 1 : N;
+    const int64_t N = p->N_k, D = p->D, row = c->rows[r], nvis = attn_visible_keys(p, row % p->N);
     const float *kabs = head, *vkey = kabs + N * D;
     double *sa = scratch;
     for (int64_t j = 0; j < nvis; j++) sa[j] = 0.0;
@@ -114,12 +119,12 @@ static void bounds_row(void *ctx, int64_t r, const void *head, void *scratch) {
 
 static attn_status row_bounds(const attn_inputs *in, const int64_t *rows, int64_t nrows, double *vmax,
                               double *sabs) {
-    const int64_t N = in->p.N, D = in->p.D;
+    const int64_t N = in->p.N_k, D = in->p.D;
     bounds_walk c = {in, rows, vmax, sabs};
     const attn_head_walk w = {(size_t)(N * D + N) * sizeof(float), (size_t)N * sizeof(double), bounds_decode,
                               bounds_row, &c};
     if (attn_walk_heads(&in->p, rows, nrows, &w))
-        return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N = %lld)",
+        return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N_k = %lld)",
                          (long long)N);
     return ATTN_OK;
 }
@@ -187,11 +192,17 @@ static void check_o_row(attn_check *c, const attn_problem *p, int64_t row, const
 /* LSE of row `row` against want: float32 sums of up to N terms, then a log. */
 static void check_lse_row(attn_check *c, const float *lse, int64_t row, double want, const row_scale *k) {
     const double got = (double)lse[row];
+    if (want == -INFINITY && got == -INFINITY) return; /* a row that sees no key: the contract's -inf */
     if (!isfinite(got)) {
         uint32_t bits;
         memcpy(&bits, &lse[row], sizeof bits);
         c->unwritten += bits == 0xffffffffu, c->lse_unwritten += bits == 0xffffffffu;
         c->nonfinite++, c->lse_nonfinite++;
+        c->lse_worst_ratio = INFINITY;
+        c->max_lse_err = INFINITY;
+        return;
+    }
+    if (want == -INFINITY) { /* no key, and a finite LSE: no tolerance reaches -inf */
         c->lse_worst_ratio = INFINITY;
         c->max_lse_err = INFINITY;
         return;
@@ -206,7 +217,7 @@ static void check_lse_row(attn_check *c, const float *lse, int64_t row, double w
 static row_scale scale_of_row(const attn_problem *p, int64_t r, const double *vmax, const double *sabs,
                               const double *lo, const double *hi) {
     const double u = attn_unit_roundoff(p->dtype), ds = U32 * (double)(p->D + 16) * sabs[r];
-    row_scale k = {u, sqrt((double)p->N), ds, vmax[r], NULL, NULL};
+    row_scale k = {u, sqrt((double)p->N_k), ds, vmax[r], NULL, NULL}; /* the sums run over N_k keys */
     if (lo) k.lo = lo + r * p->D, k.hi = hi + r * p->D;
     return k;
 }
@@ -226,7 +237,7 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
     if (st == ATTN_OK) st = row_bounds(in, rows, nrows, vmax, sabs);
     for (int64_t r = 0; r < nrows && st == ATTN_OK; r++) {
         const row_scale k = scale_of_row(p, r, vmax, sabs, NULL, NULL);
-        reach[r] = range_reach(&k, (double)p->N);
+        reach[r] = range_reach(&k, (double)p->N_k);
     }
     if (st == ATTN_OK)
         st = attn_reference_rows_near(p, in->q, in->k, in->v, rows, nrows, reach, ref_o, ref_lse, lo, hi);
@@ -262,8 +273,8 @@ static int cmp_i64(const void *a, const void *b) {
 attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extra, uint64_t seed,
                              int64_t **rows_out, int64_t *nrows_out) {
     const int64_t total = attn_rows(p), N = p->N, BH = p->B * p->H;
-    /* Small problems are checked whole: up to 2^31 multiply-adds of reference work. */
-    const int all = (double)total * (double)N * (double)p->D <= 2147483648.0;
+    /* Small problems are checked whole: up to 2^31 multiply-adds of reference work (N_k keys a row). */
+    const int all = (double)total * (double)p->N_k * (double)p->D <= 2147483648.0;
     int64_t cap = all ? total : (full_heads ? 2 * N : 0) + extra + 2 * extra;
     int64_t *rows = attn_alloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
     if (!rows) return attn_fail(ATTN_ENOMEM, "check: cannot allocate the row sample");

@@ -6,10 +6,14 @@
  * the 16-bit conversions with stage 01 and nothing else. tests/test_reference.c checks this file and
  * stage 01 against each other and against properties that need no reference at all.
  *
- * For each requested row i of head (b, h), in double:
- *     s_j   = scale * sum_d q_id k_jd      for every key j the row sees (j < N; j <= i when causal)
+ * For each requested row i of head (b, h), in double, with k and v those of K/V head
+ * h / (H / H_kv) (attn_kv_head: grouped-query attention):
+ *     s_j   = scale * sum_d q_id k_jd      for every key j the row sees (j < N_k; when causal
+ *                                          j <= i + N_k - N, the mask aligned to the bottom right)
  *     m     = max_j s_j,   l = sum_j exp(s_j - m)
  *     o_i   = sum_j exp(s_j - m) v_j / l,   LSE_i = m + ln(l)
+ * A row that sees no key (causal, N > N_k, i < N - N_k) gets o_i = 0 and LSE_i = -inf: the contract's
+ * rule (common/attn.h), FlashAttention's, with no division by the empty sum.
  * The products q_id k_jd of two 16-bit values are exact in double, and the sums run over at most a
  * few thousand terms: the result is exact to about 1e-13 relative, far below the 2^-11 of fp16.
  * The layout is chosen for speed without changing that: a head's K is decoded once, transposed, so
@@ -25,10 +29,10 @@
 
 #include "half.h"
 
-/* One head as doubles: Kt[d * N + j] = k_jd (transposed), V[j * D + d] = v_jd. */
+/* One K/V head as doubles: Kt[d * N_k + j] = k_jd (transposed), V[j * D + d] = v_jd. */
 static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, double *Kt, double *V,
                         int parallel) {
-    const int64_t N = p->N, D = p->D;
+    const int64_t N = p->N_k, D = p->D;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t j = 0; j < N; j++)
         for (int64_t d = 0; d < D; d++) {
@@ -40,7 +44,7 @@ static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t
 /* Row i's scores s_j = scale * q.k_j over the nkeys keys it sees, into s; returns their max. */
 static double reference_scores(const attn_problem *p, const double *Kt, const uint16_t *q, int64_t nkeys,
                                double *s) {
-    const int64_t N = p->N, D = p->D;
+    const int64_t N = p->N_k, D = p->D;
     for (int64_t j = 0; j < nkeys; j++) s[j] = 0.0;
     int64_t d = 0;
     for (; d + 2 <= D; d += 2) { /* two steps of d per pass over s, summed in order */
@@ -68,6 +72,11 @@ static void reference_average(const attn_problem *p, const double *V, int64_t nk
                               double *o, double *lse) {
     const int64_t D = p->D;
     double l = 0.0;
+    if (nkeys == 0) { /* no visible key: the contract's O = 0, LSE = -inf */
+        for (int64_t d = 0; d < D; d++) o[d] = 0.0;
+        *lse = -INFINITY;
+        return;
+    }
     for (int64_t j = 0; j < nkeys; j++) {
         s[j] = exp(s[j] - m);
         l += s[j];
@@ -106,7 +115,7 @@ static void near_range(int64_t D, const double *V, const double *s, int64_t nkey
 }
 
 int attn_heads_in_parallel(const attn_problem *p, int64_t nrows) {
-    return p->N * p->D <= 65536 && nrows > 2 * p->N;
+    return p->N_k * p->D <= 65536 && nrows > 2 * p->N;
 }
 
 /* rows[] sorted: the index past the last listed row of rows[r0]'s head. */
@@ -150,7 +159,8 @@ int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, c
     return failed;
 }
 
-/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. reach
+/* The reference's walk: a head is Kt then V (N_k * D doubles each, of the K/V head the query head reads;
+ * a K/V head that serves several query heads is decoded for each), a row's scratch its N_k scores. reach
  * (NULL in attn_reference_rows) asks for the range of V near each row's max as well. */
 typedef struct {
     const attn_problem *p;
@@ -162,14 +172,14 @@ typedef struct {
 
 static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
     const reference_walk *c = ctx;
-    const int64_t ND = c->p->N * c->p->D;
-    decode_head(c->p, c->k + bh * ND, c->v + bh * ND, (double *)head, (double *)head + ND, parallel);
+    const int64_t ND = c->p->N_k * c->p->D, kv = attn_kv_head(c->p, bh);
+    decode_head(c->p, c->k + kv * ND, c->v + kv * ND, (double *)head, (double *)head + ND, parallel);
 }
 
 static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const reference_walk *c = ctx;
-    const int64_t N = c->p->N, D = c->p->D, row = c->rows[r], nkeys = c->p->causal ? row % N + 1 : N;
-    const double *Kt = head, *V = Kt + N * D;
+    const int64_t D = c->p->D, row = c->rows[r], nkeys = attn_visible_keys(c->p, row % c->p->N);
+    const double *Kt = head, *V = Kt + c->p->N_k * D;
     const double m = reference_scores(c->p, Kt, c->q + row * D, nkeys, scratch);
     if (c->reach && c->reach[r] >= 0.0)
         near_range(D, V, scratch, nkeys, m - c->reach[r], c->lo + r * D, c->hi + r * D);
@@ -181,6 +191,8 @@ static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scr
 attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows, int64_t nrows) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
+    if (p->cu_seqlens_q || p->cu_seqlens_k)
+        return attn_fail(ATTN_EUNSUPPORTED, "reference: cu_seqlens (variable-length batches) not taken yet");
     for (int64_t r = 0; r < nrows; r++)
         if (rows[r] < 0 || rows[r] >= attn_rows(p) || (r > 0 && rows[r] < rows[r - 1]))
             return attn_fail(ATTN_EINVAL, "reference: rows must be sorted and in 0..%lld",
@@ -193,7 +205,7 @@ attn_status attn_reference_rows_near(const attn_problem *p, const uint16_t *q, c
                                      const double *reach, double *o, double *lse, double *lo, double *hi) {
     attn_status st = attn_reference_rows_valid(p, rows, nrows);
     if (st != ATTN_OK) return st;
-    const int64_t N = p->N, D = p->D;
+    const int64_t N = p->N_k, D = p->D;
     reference_walk c = {p, q, k, v, rows, reach, o, lse, lo, hi};
     const attn_head_walk w = {(size_t)(2 * N * D) * sizeof(double), (size_t)N * sizeof(double),
                               reference_decode, reference_walk_row, &c};
