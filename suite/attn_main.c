@@ -59,7 +59,12 @@ static void usage(FILE *f, const char *prog) {
             "  --heads H         heads, 1..%d (default 8)\n"
             "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"
             "  --dim D           head dim, 1..%d, and one the stage supports (default 64)\n"
-            "  --causal          query i sees keys 0..i only\n"
+            "  --kv-heads H_kv   K/V heads, 1..%d, dividing H (default H): query head h reads K/V head\n"
+            "                    h / (H / H_kv), grouped-query attention (1: multi-query)\n"
+            "  --seq-k N_k       keys, 1..%d (default N); K and V are [B, H_kv, N_k, D]. A stage that\n"
+            "                    does not take --kv-heads or --seq-k refuses it, naming those that do\n"
+            "  --causal          query i sees keys 0..i only (0..i + N_k - N: the mask aligned to the\n"
+            "                    bottom right; a row that sees no key has O = 0 and LSE = -inf)\n"
             "  --scale S         score scale (default 1/sqrt(D)), a normal non-zero float32, small\n"
             "                    enough that |S| log2(e) D max|q| max|k| <= 2^24 (every stage's\n"
             "                    exponent stays exact to a unit; a larger one is refused with the\n"
@@ -115,7 +120,7 @@ static void usage(FILE *f, const char *prog) {
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
             "CUDA error, the results could not be written to stdout or DIR after the run), 2 bad\n"
             "input (a flag, a value, an input file, a --save DIR refused before the run).\n",
-            ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_GPUS);
+            ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_GPUS);
     fprintf(f, "Example: %s " USAGE_EXAMPLE "\n", prog);
 }
 
@@ -201,8 +206,11 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
         printf("stage    %s %s (%d x %s)\n", s->id, s->name, r->gpus, attn_gpu_name());
     else
         printf("stage    %s %s (%s)\n", s->id, s->name, s->on_gpu ? attn_gpu_name() : "cpu");
-    printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s scale=%g\n", (long long)p->B, (long long)p->H,
-           (long long)p->N, (long long)p->D, p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
+    printf("shape    B=%lld H=%lld N=%lld D=%lld ", (long long)p->B, (long long)p->H, (long long)p->N,
+           (long long)p->D);
+    if (p->H_kv != p->H || p->N_k != p->N) /* K and V of their own shape */
+        printf("H_kv=%lld N_k=%lld ", (long long)p->H_kv, (long long)p->N_k);
+    printf("%s %s scale=%g\n", p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
            (double)p->scale);
     const int backward = s->pass != ATTN_FORWARD;
     if (backward)
@@ -328,21 +336,23 @@ typedef struct {
     double scale;
     attn_dtype dtype;
     attn_init init;
-    const char *shape_flag, *init_flag; /* the first of --batch/--heads/--seq/--dim, and --init, if given */
+    const char *shape_flag, *init_flag; /* the first shape flag (--batch .. --seq-k), and --init, if given */
     int check_rows_given, seed_given;
     long long gpus;          /* --gpus: 0 = the stage's default */
     int save_inputs;         /* --save-inputs: q.npy, k.npy, v.npy beside the results */
     const char *forward_key; /* --forward: the forward stage a backward stage reads */
     long long trace_row;     /* --trace-row: the query row to follow; -1: none */
+    long long H_kv, N_k;     /* --kv-heads, --seq-k; 0: not given (H and N) */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
  * the earlier one. seen holds a bit per flag of the list. */
 static int given_twice(const char *a, unsigned *seen) {
-    static const char *const once[] = {"--stage",  "--batch",  "--heads",       "--seq",     "--dim",
-                                       "--causal", "--scale",  "--dtype",       "--gpus",    "--seed",
-                                       "--init",   "--repeat", "--warmup",      "--check",   "--check-rows",
-                                       "--load",   "--save",   "--save-inputs", "--forward", "--trace-row"};
+    static const char *const once[] = {"--stage",    "--batch",  "--heads",       "--seq",     "--dim",
+                                       "--causal",   "--scale",  "--dtype",       "--gpus",    "--seed",
+                                       "--init",     "--repeat", "--warmup",      "--check",   "--check-rows",
+                                       "--load",     "--save",   "--save-inputs", "--forward", "--trace-row",
+                                       "--kv-heads", "--seq-k"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
         if (*seen & (1u << f)) return bad("%s given twice", a), 1;
@@ -402,7 +412,7 @@ static int run_info_flag(int argc, char **argv, int *i) {
     return 0;
 }
 
-/* The integer flags: where each goes and the range it takes. The first four are the shape. */
+/* The integer flags: where each goes and the range it takes. The first six are the shape. */
 typedef struct {
     const char *name;
     size_t field; /* offsetof(cli, ...) */
@@ -413,6 +423,8 @@ static const int_flag int_flags[] = {
     {"--heads", offsetof(cli, H), 1, ATTN_MAX_H},
     {"--seq", offsetof(cli, N), 1, ATTN_MAX_N},
     {"--dim", offsetof(cli, D), 1, ATTN_MAX_D},
+    {"--kv-heads", offsetof(cli, H_kv), 1, ATTN_MAX_H},
+    {"--seq-k", offsetof(cli, N_k), 1, ATTN_MAX_N},
     {"--seed", offsetof(cli, seed), 0, LLONG_MAX},
     {"--repeat", offsetof(cli, repeat), 1, 100000},
     {"--warmup", offsetof(cli, warmup), 0, 1000},
@@ -420,7 +432,7 @@ static const int_flag int_flags[] = {
     {"--check-rows", offsetof(cli, check_rows), 0, 1000000},
     {"--trace-row", offsetof(cli, trace_row), 0, ATTN_MAX_N - 1},
 };
-enum { SHAPE_FLAGS = 4, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
+enum { SHAPE_FLAGS = 6, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
 
 static const int_flag *find_int_flag(const char *a) {
     for (int f = 0; f < INT_FLAGS; f++)
@@ -507,6 +519,8 @@ static int refuse_ignored_flags(const cli *c) {
     if (c->load_dir && c->seed_given && !c->check) /* with --check it still picks the rows checked */
         return bad("--seed cannot be used with --load without --check: the inputs come from the files");
     if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
+    if (c->H_kv && c->H % c->H_kv) /* each K/V head serves H / H_kv query heads */
+        return bad("--kv-heads must divide --heads = %lld, 1..%lld (got %lld)", c->H, c->H, c->H_kv);
     if (c->save_inputs && !c->save_dir)
         return bad("--save-inputs needs --save DIR (the folder it writes to)");
     if (!c->stage_key) return bad("--stage is required (one of the ids in --list)");
@@ -639,6 +653,9 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
     return -1;
 }
 
+/* 1 for a file of K's shape, [B, H_kv, N_k, D]: k.npy, v.npy and their gradients. */
+static int of_kv(int file) { return file == SAVE_K || file == SAVE_V || file == SAVE_DK || file == SAVE_DV; }
+
 /* Writes the results (o.npy and lse.npy, or dq.npy, dk.npy and dv.npy; with --save-inputs the inputs
  * too) and commits them together; a forward stage without LSE removes an lse.npy that an earlier run
  * left, so that no lse.npy ever sits beside an o.npy it does not belong to. data[] is indexed as
@@ -646,7 +663,7 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
 static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in, int dirfd,
                        const void *const data[SAVE_FILES]) {
     const attn_problem *p = &in->p;
-    const int64_t shape[4] = {p->B, p->H, p->N, p->D};
+    const int64_t shape[4] = {p->B, p->H, p->N, p->D}, kv_shape[4] = {p->B, p->H_kv, p->N_k, p->D};
     static const char *const stale[1] = {"lse.npy"};
     const int backward = s->pass != ATTN_FORWARD, with_lse = !backward && s->writes_lse;
     int files[SAVE_FILES], first;
@@ -659,8 +676,9 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     for (; made < nouts && st == ATTN_OK; made++)
         st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[files[made]]);
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
-        st = files[i] == SAVE_LSE ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
-                                  : npy_out_write(&outs[i], NPY_F16, 4, shape, data[files[i]]);
+        st = files[i] == SAVE_LSE
+                 ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
+                 : npy_out_write(&outs[i], NPY_F16, 4, of_kv(files[i]) ? kv_shape : shape, data[files[i]]);
     if (st == ATTN_OK) /* a Ctrl-C while another process holds DIR's lock stops the wait (hold_signals.h) */
         st = npy_out_commit_wait(outs, nouts, stale, backward || with_lse ? 0 : 1, NPY_LOCK_WAIT_MS,
                                  attn_signals_noted);
@@ -867,6 +885,8 @@ static int run(const cli *c) {
 
     attn_problem p = attn_problem_make(c->B, c->H, c->N, c->D, c->causal);
     p.dtype = c->dtype;
+    if (c->H_kv) p.H_kv = c->H_kv;
+    if (c->N_k) p.N_k = c->N_k;
     if (c->have_scale)
         p.scale = (float)c->scale;
     else if (c->load_dir)
@@ -922,8 +942,8 @@ static int guard_std_fds(void) {
 
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
-    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,   1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0, 0,    NULL, -1};
+    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,   1,  -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
+             NULL, NULL, 0,    0, 0, 0,    NULL, -1, 0,  0};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);
