@@ -13,7 +13,30 @@
 #include "traffic.h"
 #include "stage06.h"
 
+/* K and V of their own shape (06m: H_kv < H, N_k != N). HBM: K and V of the B*H_kv K/V heads read once
+ * (L2 keeps a K/V head for the query heads that share it). Tiles: a block loads the keys of the key tiles
+ * it visits, up to the one holding its last row's last visible key, i + N_k - N when causal (n_max in
+ * fa2_cpu_row_block), none for a block whose rows see no key. */
+static attn_bytes stage06_bytes_kv(const attn_problem *p, int br, int bc) {
+    const int64_t N = p->N, N_k = p->N_k, Tr = (N + br - 1) / br;
+    const double heads = (double)p->B * (double)p->H, row = (double)p->D * TRAFFIC_ELEM;
+    const double kv = (double)p->B * (double)p->H_kv * (double)N_k * row, q = traffic_array(p);
+    double keys = 0.0;
+    for (int64_t qt = 0; qt < Tr; qt++) {
+        const int64_t last = ((qt + 1) * br < N ? (qt + 1) * br : N) - 1 + N_k - N;
+        const int64_t tiled = last < 0 ? 0 : (last / bc + 1) * bc;
+        keys += (double)(!p->causal ? N_k : tiled < N_k ? tiled : N_k);
+    }
+    attn_bytes b;
+    b.hbm_read = heads * q + 2.0 * kv;
+    b.hbm_written = heads * (q + 4.0 * (double)N);
+    b.tile_read = heads * (q + 2.0 * keys * row);
+    b.tile_written = b.hbm_written;
+    return b;
+}
+
 attn_bytes stage06_bytes(const attn_problem *p, int gpus) {
+    if (p->H_kv != p->H || p->N_k != p->N) return stage06_bytes_kv(p, 128, p->D <= 64 ? 128 : 64);
     return traffic_forward_tiles(p, 128, p->D <= 64 ? 128 : 64, 1, 1, 0, 1);
 }
 

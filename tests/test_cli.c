@@ -1383,6 +1383,13 @@ Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_t
         EXPECT_USAGE(args, refused[i][1]);
         cr_assert_eq(dir_entries(dir), 0, "'%s' left files in %s", args, dir);
     }
+    /* the refusal names the stages that do take them, from the registry */
+    EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2", "the stages that take grouped-query attention: 06m");
+    EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06m");
+    /* and 06m runs them, checked against the reference */
+    cr_assert_eq(attn("--stage 06m --kv-heads 2 --heads 6 --seq 37 --seq-k 129 --causal --check"), 0, "%s",
+                 out);
+    cr_assert(strstr(out, "H_kv=2 N_k=129") && strstr(out, "\nPASS"), "%s", out);
     /* the defaults are H and N: naming them is the plain problem, which every stage takes */
     snprintf(args, sizeof args,
              "--stage 01 --batch 1 --heads 3 --kv-heads 3 --seq 20 --seq-k 20 --dim 8 --check");
