@@ -26,10 +26,11 @@
  *      h / (H / H_kv) (cpu_tiles_run_kv points prm->k and prm->v at it), the key tiles run over N_k,
  *      and the causal mask is aligned to the bottom right: row i sees keys 0 .. i + off, off = N_k - N.
  *      The band bounds below shift by off; a row that sees no key keeps l = 0 and stores O = 0 and
- *      LSE = -inf, the contract's rule (common/attn.h).
+ *      LSE = -inf, the contract's rule (common/attn.h). With cu_seqlens each sequence is a head of
+ *      its own lengths, N and N_k in prm, packed as common/attn.h says (cpu_tiles_head).
  *
  * Limits: fp16 or bf16, head dim 32, 64, 96, 128 or 256 (those of stage 06); any N, N_k >= 1, any
- *         H_kv dividing H; no cu_seqlens yet.
+ *         H_kv dividing H; cu_seqlens.
  * Run:    build/attn --stage 06m --batch 1 --heads 4 --seq 512 --dim 64 --causal --check
  *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
  */

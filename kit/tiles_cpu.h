@@ -234,12 +234,35 @@ static inline attn_status cpu_tiles_check_f16_d32_to_128(const char *stage, cons
     return ATTN_OK;
 }
 
+/* Where head bh = b*H + h of the problem lives: its n query rows from row q0 of Q, O and LSE, its n_k
+ * keys from row k0 of K and V, those of K/V head h / (H / H_kv) of batch b (grouped-query attention).
+ * Plain: [B, H, N, D] and [B, H_kv, N_k, D]. With cu_seqlens the packed layout of common/attn.h: Q
+ * [H, total_q, D], sequence b of head h from row h*total_q + cu_seqlens_q[b], its length n. Worked out
+ * here and not by attn_head_span, the reference's: a model is never checked against its own code. */
+typedef struct {
+    int64_t q0, n, k0, n_k;
+} cpu_head;
+
+static inline cpu_head cpu_tiles_head(const attn_problem *p, int64_t bh) {
+    const int64_t H = p->H, b = bh / H, h = bh % H, g = h / (H / p->H_kv);
+    cpu_head x;
+    if (!p->cu_seqlens_q) {
+        x.q0 = bh * p->N, x.n = p->N;
+        x.k0 = (b * p->H_kv + g) * p->N_k, x.n_k = p->N_k;
+    } else {
+        const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
+        x.q0 = h * (int64_t)cq[p->B] + cq[b], x.n = cq[b + 1] - cq[b];
+        x.k0 = g * (int64_t)ck[p->B] + ck[b], x.n_k = ck[b + 1] - ck[b];
+    }
+    return x;
+}
+
 /* The launch of cpu_tiles_run and cpu_tiles_run_kv, once the problem is known to be one the model
  * takes: every (b, h, row tile) block, in parallel over the blocks. */
 static inline attn_status cpu_tiles_launch(const char *stage, const attn_problem *p, const attn_args *a, int Br,
                                            int Bc, cpu_row_tile_fn row_tile) {
-    const int64_t BH = p->B * p->H, N = p->N, N_k = p->N_k, D = p->D;
-    const int Tr = (int)((N + Br - 1) / Br), Tc = (int)((N_k + Bc - 1) / Bc);
+    const int64_t BH = p->B * p->H, N = p->N, D = p->D;
+    const int Tr = (int)((N + Br - 1) / Br); /* of the longest sequence: shorter ones skip their last */
     const int64_t blocks = BH * Tr;
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
@@ -252,18 +275,17 @@ static inline attn_status cpu_tiles_launch(const char *stage, const attn_problem
 #pragma omp for schedule(dynamic, 1)
         for (int64_t blk = 0; blk < blocks; blk++) {
             if (!have) continue;
-            /* K and V: those of K/V head h / (H / H_kv) of batch b (grouped-query attention), worked
-             * out here and not by attn_kv_head, the reference's: a model is never checked against
-             * its own code */
-            const int64_t bh = blk / Tr, head = bh * N * D, H = p->H, b = bh / H, h = bh % H;
-            const int64_t kv = (b * p->H_kv + h / (H / p->H_kv)) * N_k * D;
             /* Row tiles run last to first, as on the GPU: under a causal mask the last ones are
              * the longest, and starting them first keeps the end of the loop short. */
+            const int64_t bh = blk / Tr;
             const int qt = Tr - 1 - (int)(blk % Tr);
-            const cpu_tile_params prm = {(const uint16_t *)a->q + head, (const uint16_t *)a->k + kv,
-                                         (const uint16_t *)a->v + kv, (uint16_t *)a->o + head,
-                                         a->lse ? a->lse + bh * N : NULL, (int)N, (int)D, (int)N_k, Br, Bc, Tr,
-                                         Tc, p->causal != 0, p->scale, p->dtype, a->trace,
+            const cpu_head h = cpu_tiles_head(p, bh);
+            if ((int64_t)qt * Br >= h.n) continue; /* a sequence shorter than N: no rows in this tile */
+            const cpu_tile_params prm = {(const uint16_t *)a->q + h.q0 * D, (const uint16_t *)a->k + h.k0 * D,
+                                         (const uint16_t *)a->v + h.k0 * D, (uint16_t *)a->o + h.q0 * D,
+                                         a->lse ? a->lse + h.q0 : NULL, (int)h.n, (int)D, (int)h.n_k, Br, Bc,
+                                         (int)((h.n + Br - 1) / Br), (int)((h.n_k + Bc - 1) / Bc),
+                                         p->causal != 0, p->scale, p->dtype, a->trace,
                                          a->trace && bh == 0 ? a->trace->row : -1};
             row_tile(&prm, qt, &w);
         }
@@ -280,21 +302,20 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
                                         int Bc, cpu_row_tile_fn row_tile) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
-    if (p->H_kv != p->H || p->N_k != p->N)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes H_kv == H and N_k == N only (got H_kv %lld of H %lld, "
+    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes H_kv == H, N_k == N and no cu_seqlens (got H_kv %lld of H %lld, "
                          "N_k %lld of N %lld)", stage, (long long)p->H_kv, (long long)p->H, (long long)p->N_k,
                          (long long)p->N);
     return cpu_tiles_launch(stage, p, a, Br, Bc, row_tile);
 }
 
 /* cpu_tiles_run for a model whose row_tile reads prm->N_k keys of the mapped K/V head and masks with
- * the bottom-right offset N_k - N (06m): grouped-query attention and N_k != N; no cu_seqlens. */
+ * the bottom-right offset N_k - N (06m): grouped-query attention, N_k != N and cu_seqlens (each
+ * sequence a head of its own lengths, prm->N and prm->N_k). */
 static inline attn_status cpu_tiles_run_kv(const char *stage, const attn_problem *p, const attn_args *a, int Br,
                                            int Bc, cpu_row_tile_fn row_tile) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
-    if (p->cu_seqlens_q || p->cu_seqlens_k)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes no cu_seqlens (variable-length batches)", stage);
     return cpu_tiles_launch(stage, p, a, Br, Bc, row_tile);
 }
 

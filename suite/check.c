@@ -80,12 +80,13 @@ typedef struct {
 
 static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
     const attn_inputs *in = ((const bounds_walk *)ctx)->in;
-    const int64_t N = in->p.N_k, D = in->p.D, kv = attn_kv_head(&in->p, bh);
-    const uint16_t *k = in->k + kv * N * D, *v = in->v + kv * N * D;
+    const int64_t N = in->p.N_k, D = in->p.D;
+    const attn_span s = attn_head_span(&in->p, bh);
+    const uint16_t *k = in->k + s.k0 * D, *v = in->v + s.k0 * D;
     const attn_dtype t = in->p.dtype;
     float *kabs = head, *vkey = kabs + N * D;
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t j = 0; j < N; j++) {
+    for (int64_t j = 0; j < s.n_k; j++) {
         float vk = 0.0f;
         for (int64_t d = 0; d < D; d++) {
             kabs[d * N + j] = fabsf(attn_to_f32(k[j * D + d], t));
@@ -98,7 +99,8 @@ static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
 static void bounds_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const bounds_walk *c = ctx;
     const attn_problem *p = &c->in->p;
-    const int64_t N = p->N_k, D = p->D, row = c->rows[r], nvis = attn_visible_keys(p, row % p->N);
+    const attn_span s = attn_head_span(p, attn_row_head(p, c->rows[r]));
+    const int64_t N = p->N_k, D = p->D, row = c->rows[r], nvis = attn_keys_seen(p->causal, s.n, s.n_k, row - s.q0);
     const float *kabs = head, *vkey = kabs + N * D;
     double *sa = scratch;
     for (int64_t j = 0; j < nvis; j++) sa[j] = 0.0;
@@ -149,8 +151,9 @@ static double range_reach(const row_scale *k, double N) {
 static void note_worst(attn_check *c, const attn_problem *p, int64_t row, int64_t d, double ratio, double got,
                        double want, double tol) {
     c->worst_ratio = ratio;
-    c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
-    c->worst_n = row % p->N, c->worst_d = d;
+    const int64_t bh = attn_row_head(p, row);
+    c->worst_b = bh / p->H, c->worst_h = bh % p->H;
+    c->worst_n = row - attn_head_span(p, bh).q0, c->worst_d = d;
     c->worst_got = got, c->worst_want = want, c->worst_tol = tol;
     c->worst_by_range = 0;
 }
@@ -273,6 +276,7 @@ static int cmp_i64(const void *a, const void *b) {
 attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extra, uint64_t seed,
                              int64_t **rows_out, int64_t *nrows_out) {
     const int64_t total = attn_rows(p), N = p->N, BH = p->B * p->H;
+    const attn_span first = attn_head_span(p, 0), last = attn_head_span(p, BH - 1);
     /* Small problems are checked whole: up to 2^31 multiply-adds of reference work (N_k keys a row). */
     const int all = (double)total * (double)p->N_k * (double)p->D <= 2147483648.0;
     int64_t cap = all ? total : (full_heads ? 2 * N : 0) + extra + 2 * extra;
@@ -283,16 +287,17 @@ attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extr
         for (int64_t r = 0; r < total; r++) rows[n++] = r;
     } else {
         if (full_heads) {
-            for (int64_t i = 0; i < N; i++) rows[n++] = i;                       /* first (b, h) */
+            for (int64_t i = 0; i < first.n; i++) rows[n++] = first.q0 + i; /* first (b, h) */
             if (BH > 1)
-                for (int64_t i = 0; i < N; i++) rows[n++] = (BH - 1) * N + i;   /* last (b, h) */
+                for (int64_t i = 0; i < last.n; i++) rows[n++] = last.q0 + i; /* last (b, h) */
         }
         for (int64_t e = 0; e < extra; e++) {
             const int64_t r = (int64_t)(mix64(seed * 0x100000001b3ull + (uint64_t)e) % (uint64_t)total);
             rows[n++] = r;
             if (!full_heads) { /* the first and last row of the sampled row's head too */
-                rows[n++] = (r / N) * N;
-                rows[n++] = (r / N) * N + N - 1;
+                const attn_span s = attn_head_span(p, attn_row_head(p, r));
+                rows[n++] = s.q0;
+                rows[n++] = s.q0 + s.n - 1;
             }
         }
         qsort(rows, (size_t)n, sizeof *rows, cmp_i64);

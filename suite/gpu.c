@@ -185,7 +185,7 @@ void attn_gpu_release_inputs(void) {
 
 attn_status attn_gpu_hold_inputs(const attn_inputs *in) {
     attn_gpu_release_inputs();
-    if (in->p.H_kv != in->p.H || in->p.N_k != in->p.N) /* the buffers below are Q's size */
+    if (in->p.H_kv != in->p.H || in->p.N_k != in->p.N || in->p.cu_seqlens_q) /* the buffers below are Q's size */
         return attn_fail(ATTN_EUNSUPPORTED, "holding the inputs on the GPU: H_kv == H and N_k == N only");
     attn_status st = attn_gpu_available();
     if (st != ATTN_OK) return st;
@@ -261,8 +261,8 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
     if (st != ATTN_OK) return st;
     /* No GPU stage takes GQA or N_k != N yet (the registry refuses them first): the buffers below are
      * sized for K and V of Q's shape, so a problem with others must not get this far and overread. */
-    if (p->H_kv != p->H || p->N_k != p->N)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: the GPU runs take H_kv == H and N_k == N only", s->id);
+    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: the GPU runs take H_kv == H, N_k == N, no cu_seqlens", s->id);
     /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 8 * in_bytes
      * would wrap past 2^64 and pass the fit check below. Up to 2^59 elements nothing wraps:
      * 8 * 2^60 + 4 * 2^59 bytes < 2^64. */

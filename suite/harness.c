@@ -64,6 +64,9 @@ static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
 attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t seed, attn_init kind) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
+    /* first-max and rising place keys by their index in a head, which packed sequences do not have */
+    if (p->cu_seqlens_q && kind != ATTN_INIT_NORMAL && kind != ATTN_INIT_LARGE)
+        return attn_fail(ATTN_EINVAL, "--init %s: not with variable lengths (normal or large)", attn_init_name(kind));
     if ((st = alloc_inputs(in, p)) != ATTN_OK) return st;
     /* K and V ([B, H_kv, N_k, D]) count their own elements: element e of each tensor is the same value
      * whatever the other's shape, and with H_kv = H, N_k = N the inputs are those of before GQA */

@@ -13,7 +13,9 @@
  *     m     = max_j s_j,   l = sum_j exp(s_j - m)
  *     o_i   = sum_j exp(s_j - m) v_j / l,   LSE_i = m + ln(l)
  * A row that sees no key (causal, N > N_k, i < N - N_k) gets o_i = 0 and LSE_i = -inf: the contract's
- * rule (common/attn.h), FlashAttention's, with no division by the empty sum.
+ * rule (common/attn.h), FlashAttention's, with no division by the empty sum. With cu_seqlens each
+ * sequence is a head of its own length n and n_k (attn_head_span, the packed layout of common/attn.h):
+ * N and N_k become n and n_k above.
  * The products q_id k_jd of two 16-bit values are exact in double, and the sums run over at most a
  * few thousand terms: the result is exact to about 1e-13 relative, far below the 2^-11 of fp16.
  * The layout is chosen for speed without changing that: a head's K is decoded once, transposed, so
@@ -29,12 +31,13 @@
 
 #include "half.h"
 
-/* One K/V head as doubles: Kt[d * N_k + j] = k_jd (transposed), V[j * D + d] = v_jd. */
-static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, double *Kt, double *V,
-                        int parallel) {
+/* The n_k keys of one K/V head as doubles: Kt[d * N_k + j] = k_jd (transposed, a row of N_k whatever
+ * n_k), V[j * D + d] = v_jd. */
+static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, int64_t n_k, double *Kt,
+                        double *V, int parallel) {
     const int64_t N = p->N_k, D = p->D;
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t j = 0; j < N; j++)
+    for (int64_t j = 0; j < n_k; j++)
         for (int64_t d = 0; d < D; d++) {
             Kt[d * N + j] = attn_to_f32(k[j * D + d], p->dtype);
             V[j * D + d] = attn_to_f32(v[j * D + d], p->dtype);
@@ -119,9 +122,10 @@ int attn_heads_in_parallel(const attn_problem *p, int64_t nrows) {
 }
 
 /* rows[] sorted: the index past the last listed row of rows[r0]'s head. */
-static int64_t head_end(const int64_t *rows, int64_t nrows, int64_t r0, int64_t N) {
+static int64_t head_end(const attn_problem *p, const int64_t *rows, int64_t nrows, int64_t r0) {
+    const int64_t bh = attn_row_head(p, rows[r0]);
     int64_t r1 = r0;
-    while (r1 < nrows && rows[r1] / N == rows[r0] / N) r1++;
+    while (r1 < nrows && attn_row_head(p, rows[r1]) == bh) r1++;
     return r1;
 }
 
@@ -141,7 +145,6 @@ static int walk_rows(const attn_head_walk *w, int64_t r0, int64_t r1, const void
 }
 
 int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, const attn_head_walk *w) {
-    const int64_t N = p->N;
     const int by_head = attn_heads_in_parallel(p, nrows);
     int failed = 0;
 #pragma omp parallel if (by_head) reduction(| : failed)
@@ -150,9 +153,10 @@ int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, c
         if (!head) failed = 1;
 #pragma omp for schedule(dynamic, 16)
         for (int64_t r0 = 0; r0 < nrows; r0++) {
-            if (!head || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N)) continue; /* not a head's first row */
-            w->decode(w->ctx, rows[r0] / N, head, !by_head);
-            failed |= walk_rows(w, r0, head_end(rows, nrows, r0, N), head, !by_head);
+            const int64_t bh = head ? attn_row_head(p, rows[r0]) : -1;
+            if (!head || (r0 > 0 && attn_row_head(p, rows[r0 - 1]) == bh)) continue; /* not a head's first row */
+            w->decode(w->ctx, bh, head, !by_head);
+            failed |= walk_rows(w, r0, head_end(p, rows, nrows, r0), head, !by_head);
         }
         free(head);
     }
@@ -172,13 +176,16 @@ typedef struct {
 
 static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
     const reference_walk *c = ctx;
-    const int64_t ND = c->p->N_k * c->p->D, kv = attn_kv_head(c->p, bh);
-    decode_head(c->p, c->k + kv * ND, c->v + kv * ND, (double *)head, (double *)head + ND, parallel);
+    const int64_t ND = c->p->N_k * c->p->D, D = c->p->D;
+    const attn_span s = attn_head_span(c->p, bh);
+    decode_head(c->p, c->k + s.k0 * D, c->v + s.k0 * D, s.n_k, (double *)head, (double *)head + ND, parallel);
 }
 
 static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const reference_walk *c = ctx;
-    const int64_t D = c->p->D, row = c->rows[r], nkeys = attn_visible_keys(c->p, row % c->p->N);
+    const int64_t D = c->p->D, row = c->rows[r];
+    const attn_span s = attn_head_span(c->p, attn_row_head(c->p, row));
+    const int64_t nkeys = attn_keys_seen(c->p->causal, s.n, s.n_k, row - s.q0);
     const double *Kt = head, *V = Kt + c->p->N_k * D;
     const double m = reference_scores(c->p, Kt, c->q + row * D, nkeys, scratch);
     if (c->reach && c->reach[r] >= 0.0)
@@ -191,8 +198,6 @@ static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scr
 attn_status attn_reference_rows_valid(const attn_problem *p, const int64_t *rows, int64_t nrows) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
-    if (p->cu_seqlens_q || p->cu_seqlens_k)
-        return attn_fail(ATTN_EUNSUPPORTED, "reference: cu_seqlens (variable-length batches) not taken yet");
     for (int64_t r = 0; r < nrows; r++)
         if (rows[r] < 0 || rows[r] >= attn_rows(p) || (r > 0 && rows[r] < rows[r - 1]))
             return attn_fail(ATTN_EINVAL, "reference: rows must be sorted and in 0..%lld",

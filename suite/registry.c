@@ -130,7 +130,7 @@ const attn_stage attn_stages[] = {
     {"06m", "06_fa2_full", "fa2_cpu",
      "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)",
      CPU_ONLY, 1, F16_BF16, STAGE06_DIMS_TEXT, stage06_supports_dim, NULL, NULL, stage06m_run, ATTN_FORWARD,
-     stage06_bytes, 1, "06_fa2_full/fa2_cpu.c", ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K},
+     stage06_bytes, 1, "06_fa2_full/fa2_cpu.c", ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN},
     {"07", "07_tma_wgmma", "tma_wgmma",
      "Hopper's data path: TMA copies tiles to smem on an mbarrier, wgmma multiplies from smem, P from registers",
      SM90_ONLY, 1, F16_BF16, "64, 128, 256", dims_hopper, NULL, NULL, GPU_RUN(stage07_run), ATTN_FORWARD,

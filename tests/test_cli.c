@@ -1397,3 +1397,31 @@ Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_t
     cr_assert(strstr(out, "PASS") && !strstr(out, "H_kv="), "%s", out);
     rmdir(dir);
 }
+
+/* --varlen LIST: the lengths' rules and messages, the flags it cannot be used with, a stage that takes
+ * no cu_seqlens refused naming the field and 06m, which runs it and passes the check. */
+Test(cli, varlen_is_parsed_refused_and_run) {
+    static const char *const refused[][2] = {
+        {"--stage 06m --varlen 5,,6",
+         "--varlen must list sequence lengths, each an integer from 1 to 16777216"},
+        {"--stage 06m --varlen 0", "--varlen must list sequence lengths"},
+        {"--stage 06m --varlen 7,x", "separated by commas (got '7,x')"},
+        {"--stage 06m --varlen 7,", "--varlen must list sequence lengths"},
+        {"--stage 06m --varlen", "--varlen needs a value"},
+        {"--stage 06m --varlen 5 --varlen 6", "--varlen given twice"},
+        {"--stage 06m --varlen 5,6 --batch 2", "--batch cannot be used with --varlen"},
+        {"--stage 06m --varlen 5,6 --seq 6", "--seq cannot be used with --varlen"},
+        {"--stage 06m --varlen 5,6 --seq-k 6", "--seq-k cannot be used with --varlen"},
+        {"--stage 06m --varlen 5,6 --save /tmp", "--varlen cannot be used with --save"},
+        {"--stage 06m --varlen 5,6 --trace-row 0", "--varlen cannot be used with --trace-row"},
+        {"--stage 06m --varlen 5,6 --init rising", "--init rising: not with variable lengths"},
+        {"--stage 01 --varlen 5,6", "stage 01 takes no cu_seqlens (variable-length batches); the stages that "
+                                    "take them: 06m"},
+        {"--stage 05m --varlen 5,6", "stage 05m takes no cu_seqlens"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        EXPECT_USAGE(refused[i][0], refused[i][1]);
+    cr_assert_eq(attn("--stage 06m --varlen 100,37,512 --heads 6 --kv-heads 2 --causal --check"), 0, "%s",
+                 out);
+    cr_assert(strstr(out, "varlen (3 sequences, 649 rows a head)") && strstr(out, "\nPASS"), "%s", out);
+}

@@ -3,8 +3,8 @@
  * keys for N queries, with the causal mask aligned to the bottom right. Stage 06m, the one stage that
  * takes them (the registry's `takes`), against the independent reference through the suite's own check
  * at random odd sizes; the rows that see no key; and the two planted bugs, the head map h % H_kv and
- * the top-left mask, which the check must FAIL. The reference itself against a brute force:
- * test_reference.c.
+ * the top-left mask, which the check must FAIL; variable-length batches (cu_seqlens) the same. The
+ * reference itself against a brute force: test_reference.c.
  */
 #include <math.h>
 
@@ -170,7 +170,7 @@ Test(shapes, check_fails_the_head_map_h_mod_h_kv) {
     attn_inputs_free(&in), attn_inputs_free(&wrong);
 }
 
-/* Who takes what: 06m GQA and N_k != N, no stage cu_seqlens; every other stage (01-05, their models,
+/* Who takes what: 06m GQA, N_k != N and cu_seqlens; every other stage (01-05, their models,
  * the GPU stages) is refused them by attn_stage_supports, with the field named, and the models of
  * 03-05 refuse them even when run directly. */
 Test(shapes, only_06m_takes_gqa_and_seq_k) {
@@ -180,8 +180,8 @@ Test(shapes, only_06m_takes_gqa_and_seq_k) {
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
         const int is06m = !strcmp(s->id, "06m");
-        cr_assert_eq(s->takes, is06m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K : 0u, "stage %s takes %#x", s->id,
-                     s->takes);
+        cr_assert_eq(s->takes, is06m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN : 0u,
+                     "stage %s takes %#x", s->id, s->takes);
         if (!s->supports_dim(64) || !(s->dtypes & ATTN_DTYPE_BIT(ATTN_F16))) continue;
         cr_assert_eq(attn_stage_supports(s, &gqa) == ATTN_OK, is06m, "stage %s, H_kv 2 of 4: %s", s->id,
                      attn_last_error());
@@ -197,5 +197,60 @@ Test(shapes, only_06m_takes_gqa_and_seq_k) {
     for (int m = 0; m < 3; m++)
         cr_assert_eq(attn_find_stage(models[m])->run(&gqa, &a), ATTN_EUNSUPPORTED, "stage %s ran H_kv 2 of 4",
                      models[m]);
+    attn_inputs_free(&in);
+}
+
+/* Random packed batches: 1 to 6 sequences of 1..300 queries and 1..300 keys each (so causal rows that
+ * see no key), random H, H_kv, D, dtype, causal or not, through attn_run's check. */
+Test(shapes, fa2_cpu_matches_reference_at_random_varlen) {
+    const attn_stage *s = model06();
+    uint64_t x = 0x5656;
+    for (int k = 0; k < 12; k++) {
+        attn_problem p = random_problem(&x, 2 + k);
+        int32_t cq[7], ck[7];
+        p.B = 1 + (int64_t)(next_random(&x) % 6), p.N = p.N_k = 0, cq[0] = ck[0] = 0;
+        for (int64_t b = 0; b < p.B; b++) {
+            const int32_t n = 1 + (int32_t)(next_random(&x) % 300), n_k = 1 + (int32_t)(next_random(&x) % 300);
+            cq[b + 1] = cq[b] + n, ck[b + 1] = ck[b] + n_k;
+            p.N = n > p.N ? n : p.N, p.N_k = n_k > p.N_k ? n_k : p.N_k;
+        }
+        p.cu_seqlens_q = cq, p.cu_seqlens_k = ck;
+        attn_inputs in;
+        cr_assert_eq(attn_inputs_random(&in, &p, 2000 + (uint64_t)k, ATTN_INIT_NORMAL), ATTN_OK, "%s",
+                     attn_last_error());
+        attn_run_opts opt = attn_run_opts_default();
+        opt.warmup = 0, opt.repeat = 1, opt.check = 1;
+        attn_result r;
+        cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+        cr_expect(r.checked && r.chk.rows_checked == attn_rows(&p), "case %d: not every row checked", k);
+        cr_expect(r.chk.pass && r.chk.nonfinite == 0,
+                  "case %d: %lld sequences, H %lld H_kv %lld D %lld %s: err/tol %g, LSE %g, %lld non-finite", k,
+                  (long long)p.B, (long long)p.H, (long long)p.H_kv, (long long)p.D,
+                  p.causal ? "causal" : "non-causal", r.chk.worst_ratio, r.chk.lse_worst_ratio,
+                  (long long)r.chk.nonfinite);
+        attn_inputs_free(&in);
+    }
+}
+
+/* A model that forgets where the sequences end: 06m run on each packed head as one sequence of
+ * total_q queries and total_k keys (B = 1, no cu_seqlens, the same memory). Its output must FAIL the
+ * check of the packed problem, which 06m's own output passes. */
+Test(shapes, check_fails_sequences_run_as_one) {
+    static const int32_t cu[] = {0, 50, 87, 200};
+    attn_problem p = attn_problem_make(3, 4, 113, 64, 0);
+    p.H_kv = 2, p.N_k = 113, p.cu_seqlens_q = cu, p.cu_seqlens_k = cu;
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 14, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    attn_inputs one = in; /* the same arrays, read as [1, H, 200, D] and [1, H_kv, 200, D] */
+    one.p = attn_problem_make(1, 4, 200, 64, 0);
+    one.p.H_kv = 2;
+    uint16_t *o, *o1;
+    float *lse, *lse1;
+    run_model(&in, &o, &lse);
+    run_model(&one, &o1, &lse1);
+    cr_assert(check_all(&in, o, lse).pass, "06m's own output must pass");
+    const attn_check c = check_all(&in, o1, lse1);
+    cr_assert(!c.pass, "the sequences run as one passed the check (err/tol %g)", c.worst_ratio);
+    free(o), free(lse), free(o1), free(lse1);
     attn_inputs_free(&in);
 }
