@@ -22,8 +22,15 @@
  *   6. The LSE epilogue: l = sum_j 2^(x_j - m2) with x_j = s_j sl2 and m2 = m sl2, so
  *      sum_j e^(scale s_j) = 2^m2 l and LSE = m2 ln 2 + ln l, the natural log the contract asks for.
  *      bf16 as well as fp16.
+ *   7. K and V of their own shape [B, H_kv, N_k, D] (attn_problem): query head h reads K/V head
+ *      h / (H / H_kv) (cpu_tiles_run_kv points prm->k and prm->v at it), the key tiles run over N_k,
+ *      and the causal mask is aligned to the bottom right: row i sees keys 0 .. i + off, off = N_k - N.
+ *      The band bounds below shift by off; a row that sees no key keeps l = 0 and stores O = 0 and
+ *      LSE = -inf, the contract's rule (common/attn.h). With cu_seqlens each sequence is a head of
+ *      its own lengths, N and N_k in prm, packed as common/attn.h says (cpu_tiles_head).
  *
- * Limits: fp16 or bf16, head dim 32, 64, 96, 128 or 256 (those of stage 06); any N >= 1.
+ * Limits: fp16 or bf16, head dim 32, 64, 96, 128 or 256 (those of stage 06); any N, N_k >= 1, any
+ *         H_kv dividing H; cu_seqlens.
  * Run:    build/attn --stage 06m --batch 1 --heads 4 --seq 512 --dim 64 --causal --check
  *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
  */
@@ -49,8 +56,8 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
     const int D = prm->D, kbase = j * prm->Bc + c0;
     float *S = w->S, *O = w->O + r0 * D, *m = w->m + r0, *l = w->l + r0;
     cpu_tile_scores(S, w->Qs + r0 * D, rows, w->Kt, prm->Bc, c0, BCS, D);
-    if (mask) /* keys >= N, or keys > the query when causal */
-        cpu_tile_mask(S, rows, BCS, q0 + r0, kbase, prm->N, prm->causal);
+    if (mask) /* keys >= N_k, or when causal keys past the query's bottom-right diagonal */
+        cpu_tile_mask_offset(S, rows, BCS, q0 + r0, kbase, prm->N_k, prm->causal, prm->N_k - prm->N);
     for (int r = 0; r < rows; r++) {
         float *s = S + r * BCS;
         const float mx = fmaxf(m[r], cpu_tile_row_max(s, BCS));
@@ -79,16 +86,19 @@ static void fa2c_step(const cpu_tile_params *prm, cpu_tile_scratch *w, int q0, i
 
 /* One row tile (one GPU block): each warp slice walks the key tiles on its own. */
 static void fa2_cpu_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scratch *w) {
-    const int N = prm->N, D = prm->D, BC = prm->Bc, q0 = mb * BR;
+    const int N = prm->N, N_k = prm->N_k, D = prm->D, BC = prm->Bc, q0 = mb * BR;
+    const int off = N_k - N;               /* causal: row i sees keys 0 .. i + off */
     const int rows_w = BR / fa2c_warps(D); /* 16 MT */
     /* |scale| log2(e), at least FLT_MIN: the one multiplier of exp2 (scale < 0: Q is negated) */
     const float sl2 = attn_exp2_scale(prm->scale);
 
-    /* causal: the last visible key of row q0 + Br - 1 bounds the tiles; tiles j < n_full are fully
-     * visible to every row of the block. Tiles 0 .. n_plain-1 need no mask at all. */
-    const int n_max = prm->causal ? ((q0 + BR < N ? q0 + BR : N) + BC - 1) / BC : prm->Tc;
-    const int n_full = prm->causal ? (q0 + 1) / BC : n_max;
-    const int n_plain = n_full < N / BC ? n_full : N / BC;
+    /* causal: the last visible key of the block's last row, last_key, bounds the tiles (none when
+     * it is negative: no row of the block sees a key); tiles j < n_full are fully visible to every
+     * row of the block, row q0 seeing keys 0 .. q0 + off. Tiles 0 .. n_plain-1 need no mask at all. */
+    const int last_key = (q0 + BR < N ? q0 + BR : N) - 1 + off;
+    const int n_max = !prm->causal ? prm->Tc : last_key < 0 ? 0 : last_key / BC + 1;
+    const int n_full = !prm->causal ? n_max : q0 + off + 1 <= 0 ? 0 : (q0 + off + 1) / BC;
+    const int n_plain = n_full < N_k / BC ? n_full : N_k / BC;
 
     cpu_tile_load_rows(w->Qs, prm->q, q0, BR, N, D, prm->scale < 0.0f ? -1.0f : 1.0f, prm->dtype);
     for (int r0 = 0; r0 < BR && q0 + r0 < N; r0 += rows_w) {
@@ -96,8 +106,8 @@ static void fa2_cpu_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scrat
         memset(w->O + r0 * D, 0, (size_t)rows_w * D * sizeof(float));
         /* the key loop: the masked tiles (diagonal, tail) first, then the plain ones */
         for (int j = n_max - 1; j >= 0; j--) {
-            cpu_tile_load_keys(w->Kt, prm->k, j * BC, BC, N, D, prm->dtype);
-            cpu_tile_load_rows(w->Vs, prm->v, j * BC, BC, N, D, 1.0f, prm->dtype);
+            cpu_tile_load_keys(w->Kt, prm->k, j * BC, BC, N_k, D, prm->dtype);
+            cpu_tile_load_rows(w->Vs, prm->v, j * BC, BC, N_k, D, 1.0f, prm->dtype);
             for (int c0 = 0; c0 < BC; c0 += BCS) fa2c_step(prm, w, q0, r0, rows_w, j, c0, j >= n_plain, sl2);
         }
         /* epilogue: O / l once, and LSE = m sl2 ln 2 + ln l */
@@ -115,5 +125,5 @@ attn_status stage06m_run(const attn_problem *p, const attn_args *a) {
     if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
         return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports dtype fp16, bf16 (got %s)",
                          attn_dtype_name(p->dtype));
-    return cpu_tiles_run(ID, p, a, BR, fa2c_bc((int)p->D), fa2_cpu_row_block);
+    return cpu_tiles_run_kv(ID, p, a, BR, fa2c_bc((int)p->D), fa2_cpu_row_block);
 }

@@ -13,7 +13,41 @@
 #include "traffic.h"
 #include "stage06.h"
 
+/* Keys one head of n queries and n_k keys loads: every key tile up to the one holding the last row's
+ * last visible key, row n - 1 seeing keys up to n_k - 1 when causal (n_max in fa2_cpu_row_block), none
+ * for a block whose rows see no key. */
+static double head_keys(int64_t n, int64_t n_k, int causal, int br, int bc) {
+    double keys = 0.0;
+    for (int64_t qt = 0; qt * br < n; qt++) {
+        const int64_t last = ((qt + 1) * br < n ? (qt + 1) * br : n) - 1 + n_k - n;
+        const int64_t tiled = last < 0 ? 0 : (last / bc + 1) * bc;
+        keys += (double)(!causal ? n_k : tiled < n_k ? tiled : n_k);
+    }
+    return keys;
+}
+
+/* K and V of their own shape (06m: H_kv < H, N_k != N, cu_seqlens). HBM: Q, O and LSE once, K and V
+ * of the K/V heads once (L2 keeps a K/V head for the query heads that share it). Tiles: each block's
+ * Q and the keys of the key tiles it visits (head_keys), for each sequence of its length. */
+static attn_bytes stage06_bytes_kv(const attn_problem *p, int br, int bc) {
+    const double row = (double)p->D * TRAFFIC_ELEM, rows = (double)attn_rows(p);
+    double keys = 0.0;
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t n = p->cu_seqlens_q ? p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b] : p->N;
+        const int64_t n_k = p->cu_seqlens_k ? p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b] : p->N_k;
+        keys += (double)p->H * head_keys(n, n_k, p->causal, br, bc);
+    }
+    attn_bytes b;
+    b.hbm_read = rows * row + 2.0 * (double)attn_kv_elems(p) * TRAFFIC_ELEM;
+    b.hbm_written = rows * (row + 4.0);
+    b.tile_read = rows * row + 2.0 * keys * row;
+    b.tile_written = b.hbm_written;
+    return b;
+}
+
 attn_bytes stage06_bytes(const attn_problem *p, int gpus) {
+    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q)
+        return stage06_bytes_kv(p, 128, p->D <= 64 ? 128 : 64);
     return traffic_forward_tiles(p, 128, p->D <= 64 ? 128 : 64, 1, 1, 0, 1);
 }
 

@@ -31,6 +31,24 @@ attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int c
 
 float attn_exp2_scale(float scale) { return fmaxf(fabsf(scale) * ATTN_LOG2E, FLT_MIN); }
 
+/* cu_seqlens_q and cu_seqlens_k (host arrays in the suite): both or neither, B + 1 offsets from 0, each
+ * sequence 0 .. N queries and 0 .. N_k keys long. */
+static attn_status validate_seqlens(const attn_problem *p) {
+    if (!p->cu_seqlens_q != !p->cu_seqlens_k)
+        return attn_fail(ATTN_EINVAL, "cu_seqlens_q and cu_seqlens_k: both or neither");
+    for (int t = 0; p->cu_seqlens_q && t < 2; t++) {
+        const int32_t *cu = t ? p->cu_seqlens_k : p->cu_seqlens_q;
+        const int64_t most = t ? p->N_k : p->N;
+        const char *name = t ? "cu_seqlens_k" : "cu_seqlens_q";
+        if (cu[0] != 0) return attn_fail(ATTN_EINVAL, "%s: must start at 0 (got %d)", name, (int)cu[0]);
+        for (int64_t b = 0; b < p->B; b++)
+            if (cu[b + 1] < cu[b] || cu[b + 1] - cu[b] > most)
+                return attn_fail(ATTN_EINVAL, "%s: sequence %lld must be 0..%lld long (got %lld)", name,
+                                 (long long)b, (long long)most, (long long)cu[b + 1] - (long long)cu[b]);
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_problem_validate(const attn_problem *p) {
     if (p->B < 1 || p->B > ATTN_MAX_B)
         return attn_fail(ATTN_EINVAL, "batch must be 1..%d (got %lld)", ATTN_MAX_B, (long long)p->B);
@@ -46,19 +64,78 @@ attn_status attn_problem_validate(const attn_problem *p) {
                          (double)FLT_MIN, (double)FLT_MAX, (double)p->scale);
     if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
         return attn_fail(ATTN_EINVAL, "dtype must be fp16 or bf16");
+    /* GQA and a key count of its own: K and V are [B, H_kv, N_k, D], query head h reading K/V head
+     * h / (H / H_kv) (attn_kv_head) */
+    if (p->H_kv < 1 || p->H_kv > p->H || p->H % p->H_kv != 0)
+        return attn_fail(ATTN_EINVAL, "kv heads must divide heads = %lld, 1..%lld (got %lld)", (long long)p->H,
+                         (long long)p->H, (long long)p->H_kv);
+    if (p->N_k < 1 || p->N_k > ATTN_MAX_N)
+        return attn_fail(ATTN_EINVAL, "seq-k must be 1..%d (got %lld)", ATTN_MAX_N, (long long)p->N_k);
     /* B*H*N*D must fit in int64 and its bytes in size_t: with the bounds above B*H*N <= 2^64 would
      * not hold, so check the product against 2^62 elements (8 EiB of fp16, far past any device). */
     double elems = (double)p->B * (double)p->H * (double)p->N * (double)p->D;
     if (elems > 0x1p62) /* 2^62 itself is valid; a product that rounds down onto it is still far inside int64 */
         return attn_fail(ATTN_EINVAL, "batch*heads*seq*dim = %.3g elements is too large (limit 2^62)", elems);
-    return ATTN_OK;
+    elems = (double)p->B * (double)p->H_kv * (double)p->N_k * (double)p->D;
+    if (elems > 0x1p62)
+        return attn_fail(ATTN_EINVAL, "batch*kv-heads*seq-k*dim = %.3g elements is too large (limit 2^62)", elems);
+    return validate_seqlens(p);
 }
 
-int64_t attn_qkv_elems(const attn_problem *p) { return p->B * p->H * p->N * p->D; }
-int64_t attn_rows(const attn_problem *p) { return p->B * p->H * p->N; }
+/* Rows of one head's Q summed over the batch: B*N, or the packed total cu_seqlens_q[B]. */
+static int64_t q_rows_per_head(const attn_problem *p) { return p->cu_seqlens_q ? p->cu_seqlens_q[p->B] : p->B * p->N; }
+static int64_t k_rows_per_head(const attn_problem *p) {
+    return p->cu_seqlens_k ? p->cu_seqlens_k[p->B] : p->B * p->N_k;
+}
+
+int64_t attn_qkv_elems(const attn_problem *p) { return attn_rows(p) * p->D; }
+int64_t attn_rows(const attn_problem *p) { return p->H * q_rows_per_head(p); }
+int64_t attn_kv_elems(const attn_problem *p) { return p->H_kv * k_rows_per_head(p) * p->D; }
+int64_t attn_kv_head(const attn_problem *p, int64_t bh) {
+    return bh / p->H * p->H_kv + bh % p->H / (p->H / p->H_kv);
+}
+
+attn_span attn_head_span(const attn_problem *p, int64_t bh) {
+    const int64_t b = bh / p->H, h = bh % p->H, g = h / (p->H / p->H_kv);
+    attn_span s;
+    if (!p->cu_seqlens_q) {
+        s.q0 = bh * p->N, s.n = p->N;
+        s.k0 = (b * p->H_kv + g) * p->N_k, s.n_k = p->N_k;
+        return s;
+    }
+    const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
+    s.q0 = h * q_rows_per_head(p) + cq[b], s.n = cq[b + 1] - cq[b];
+    s.k0 = g * k_rows_per_head(p) + ck[b], s.n_k = ck[b + 1] - ck[b];
+    return s;
+}
+
+int64_t attn_row_head(const attn_problem *p, int64_t row) {
+    if (!p->cu_seqlens_q) return row / p->N;
+    const int64_t total = q_rows_per_head(p), h = row / total, t = row % total;
+    int64_t lo = 0, hi = p->B - 1; /* the sequence b with cu[b] <= t < cu[b + 1] (empty ones skipped) */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (p->cu_seqlens_q[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo * p->H + h;
+}
+
+int64_t attn_keys_seen(int causal, int64_t n, int64_t n_k, int64_t i) {
+    if (!causal) return n_k;
+    const int64_t last = i + n_k - n; /* the bottom-right diagonal */
+    return last < 0 ? 0 : last + 1;
+}
 
 double attn_flops(const attn_problem *p) {
-    double f = 4.0 * (double)p->B * (double)p->H * (double)p->N * (double)p->N * (double)p->D;
+    double pairs = (double)p->B * (double)p->N * (double)p->N_k; /* query-key pairs of one head */
+    if (p->cu_seqlens_q) {
+        pairs = 0.0;
+        for (int64_t b = 0; b < p->B; b++)
+            pairs += (double)(p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]) *
+                     (double)(p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b]);
+    }
+    double f = 4.0 * (double)p->H * pairs * (double)p->D;
     return p->causal ? f / 2.0 : f;
 }
 

@@ -5,9 +5,19 @@
  * the base-2 exponent.
  *
  * Contract (shared by all stages):
- *   Q, K, V, O  contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
+ *   Q, O        contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
+ *   K, V        contiguous row-major [B, H_kv, N_k, D]; query head h reads K/V head h / (H / H_kv).
+ *               Every stage takes H_kv = H, N_k = N; the registry says which take more (stage.h)
  *   LSE         float32 [B, H, N], natural log of sum_j exp(scale * q_i . k_j) over the keys that
- *               query i may see (all N, or 0..i when causal)
+ *               query i may see (all N_k, or 0 .. i + N_k - N when causal: the mask aligned to the
+ *               bottom right, as FlashAttention-2 from 2.1; keys 0..i when N_k = N)
+ *   varlen      cu_seqlens_q and cu_seqlens_k (host int32 arrays of B + 1 offsets in the suite): Q and
+ *               O packed [H, total_q, D], K and V [H_kv, total_k, D], LSE [H, total_q]; sequence b
+ *               has its own n and n_k, N and N_k bound them, causal aligned per sequence
+ *               (attn_head_span). Only the reference and 06m take it (the registry's takes)
+ *   empty row   causal with N > N_k: query i < N - N_k sees no key. Its O is 0 and its LSE -inf
+ *               (FlashAttention's choice: the sum over no key is 0, and ln 0 = -inf); the check
+ *               takes exactly that, and no NaN
  *   scale       defaults to 1/sqrt(D)
  * Library functions never exit: they return an attn_status and leave a one-line message in
  * attn_last_error(). Only main() turns a status into an exit code.
@@ -47,9 +57,28 @@ float attn_exp2_scale(float scale);
 /* ATTN_OK, or ATTN_EINVAL with a message naming the field and its allowed range. */
 attn_status attn_problem_validate(const attn_problem *p);
 
-int64_t attn_qkv_elems(const attn_problem *p); /* B*H*N*D */
+int64_t attn_qkv_elems(const attn_problem *p); /* B*H*N*D: Q and O (and K, V when H_kv = H, N_k = N) */
+int64_t attn_kv_elems(const attn_problem *p);  /* B*H_kv*N_k*D: K and V, each */
 int64_t attn_rows(const attn_problem *p);      /* B*H*N   */
-/* 4*B*H*N*N*D, half of that when causal (the convention FlashAttention's benchmarks use). */
+/* (with cu_seqlens: H*total_q*D, H_kv*total_k*D and H*total_q, total_x = cu_seqlens_x[B]) */
+/* The K/V head, b*H_kv + h / (H / H_kv), that query head bh = b*H + h reads. */
+int64_t attn_kv_head(const attn_problem *p, int64_t bh);
+/* Where head bh = b*H + h lives: its n query rows are rows q0 .. q0+n-1 of Q, O and LSE, its n_k keys
+ * rows k0 .. k0+n_k-1 of K and V (those of K/V head attn_kv_head). Without cu_seqlens q0 = bh*N,
+ * n = N, n_k = N_k; with them the layout is packed, Q and O [H, total_q, D], K and V
+ * [H_kv, total_k, D], LSE [H, total_q]: sequence b of head h is rows h*total_q + cu_seqlens_q[b] ..
+ * of Q, n = its length. */
+typedef struct {
+    int64_t q0, n, k0, n_k;
+} attn_span;
+attn_span attn_head_span(const attn_problem *p, int64_t bh);
+/* The head bh = b*H + h that row `row` of Q (0 .. attn_rows - 1) belongs to. */
+int64_t attn_row_head(const attn_problem *p, int64_t row);
+/* How many keys query row i (0..n-1) of a head of n queries and n_k keys sees, keys 0 .. that - 1:
+ * n_k, or when causal i + n_k - n + 1 (bottom-right), 0 for the rows i < n - n_k that see none. */
+int64_t attn_keys_seen(int causal, int64_t n, int64_t n_k, int64_t i);
+/* 4*B*H*N*N_k*D (with cu_seqlens 4*H*D times the sum of n*n_k over the sequences), half of that when
+ * causal (the convention FlashAttention's benchmarks use). */
 double attn_flops(const attn_problem *p);
 const char *attn_dtype_name(attn_dtype t);
 

@@ -112,7 +112,14 @@ typedef struct {
     /* The file that holds the stage's idea, from the repository's root: what `make diff A=.. B=..`
      * compares ("04_online_softmax/online_softmax_cpu.c"; stage 06: its loops, fa2_kernel.cuh). */
     const char *source;
+    /* What the stage takes beyond K and V of Q's shape and one length for every sequence (ATTN_TAKES_*;
+     * 0: plain attention). attn_stage_supports refuses the rest, naming the field. */
+    unsigned takes;
 } attn_stage;
+
+#define ATTN_TAKES_GQA 1u    /* H_kv < H: grouped-query (and multi-query) attention */
+#define ATTN_TAKES_SEQ_K 2u  /* N_k != N, with the causal mask aligned to the bottom right */
+#define ATTN_TAKES_VARLEN 4u /* cu_seqlens_q and cu_seqlens_k */
 
 /* Why a build has no GPU stages, for the messages that say a stage was not built ("..., and "
  * ATTN_NO_CUDA_WHY): the Makefile leaves them out both when it finds no nvcc and when NO_CUDA=1 asks
@@ -132,7 +139,8 @@ extern const int attn_num_test_dims;
 const attn_stage *attn_find_stage(const char *key);
 /* The CPU model of GPU stage s ("04" -> "04m"), or NULL when it has none. */
 const attn_stage *attn_cpu_model_of(const attn_stage *s);
-/* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc. */
+/* ATTN_OK, or ATTN_EUNSUPPORTED with "stage 03 supports head dim 32, 64, 128 (got 80)" etc.; also for
+ * the shapes the stage does not take (attn_stage.takes): "stage 03 takes H_kv == H only (...)". */
 attn_status attn_stage_supports(const attn_stage *s, const attn_problem *p);
 /* ATTN_OK when stage s can run here: built, and (GPU stages) a GPU is present whose compute
  * capability the stage supports. Otherwise ATTN_ENODEV with the reason, naming the stage, what it

@@ -13,9 +13,10 @@
  *   - cpu_tile_load_rows / cpu_tile_load_keys: rows of Q or V, and K transposed, from 16-bit memory
  *     into fp32 tiles, rows >= N zero-filled (inputs are never padded);
  *   - cpu_tile_scores: S = Q K^T for a tile; cpu_tile_mask: -inf for keys >= N and, when causal,
- *     keys j > i; cpu_tile_row_max;
+ *     keys j > i (cpu_tile_mask_offset: keys >= N_k, j > i + N_k - N); cpu_tile_row_max;
  *   - cpu_tile_pv: O += P V; cpu_tile_store_o: O / l rounded to 16 bits, rows >= N never written;
- *   - cpu_tiles_run: the "launch": checks, scratch per OpenMP thread, the loop over blocks.
+ *   - cpu_tiles_run: the "launch": checks, scratch per OpenMP thread, the loop over blocks;
+ *     cpu_tiles_run_kv the same for a model that takes K/V of their own shape (06m).
  *
  * Layout (floats, row-major): Q tile Br x D, K tile stored transposed D x Bc (so that the inner loop
  * of S = Q K^T runs over contiguous keys and the compiler can vectorise it), V tile Bc x D, S or P
@@ -37,12 +38,13 @@
 
 /* One head of the problem, as a row-tile function sees it. */
 typedef struct {
-    const uint16_t *q, *k, *v; /* this head's [N, D] */
+    const uint16_t *q, *k, *v; /* this head's Q [N, D]; K and V [N_k, D] of the K/V head it reads */
     uint16_t *o;               /* this head's [N, D] */
     float *lse;                /* this head's [N], or NULL */
     int N, D;
+    int N_k;                   /* keys: N but for a model that takes N_k != N (cpu_tiles_run_kv) */
     int Br, Bc;                /* query rows per row tile, keys per key tile */
-    int Tr, Tc;                /* ceil(N / Br) row tiles, ceil(N / Bc) key tiles */
+    int Tr, Tc;                /* ceil(N / Br) row tiles, ceil(N_k / Bc) key tiles */
     int causal;
     float scale;
     attn_dtype dtype;
@@ -130,6 +132,20 @@ static inline void cpu_tile_mask(float *S, int rows, int keys, int q0, int key0,
     }
 }
 
+/* cpu_tile_mask for K/V of their own length (06m): j >= N_k, or when causal j > i + off, off = N_k - N
+ * (the mask aligned to the bottom right, common/attn.h). A function of its own, so that the models of
+ * 03-05 keep the plain mask their kernels have. */
+static inline void cpu_tile_mask_offset(float *S, int rows, int keys, int q0, int key0, int N_k, int causal,
+                                        int off) {
+    for (int r = 0; r < rows; r++) {
+        const int i = q0 + r;
+        for (int c = 0; c < keys; c++) {
+            const int j = key0 + c;
+            if (j >= N_k || (causal && j > i + off)) S[(int64_t)r * keys + c] = -INFINITY;
+        }
+    }
+}
+
 static inline float cpu_tile_row_max(const float *s, int keys) {
     float mx = -INFINITY;
     for (int c = 0; c < keys; c++) mx = fmaxf(mx, s[c]);
@@ -184,7 +200,7 @@ static inline void cpu_trace_tile(const cpu_tile_params *prm, const cpu_tile_scr
                                   const float *m, const float *l, const float *O, int key0, int keys, float m_ln) {
     const int64_t r = prm->trace_row - row0;
     if (prm->trace_row < 0 || r < 0 || r >= rows) return;
-    const int last = (key0 + keys < prm->N ? key0 + keys : prm->N) - 1;
+    const int last = (key0 + keys < prm->N_k ? key0 + keys : prm->N_k) - 1;
     const attn_trace_step st = {key0, last, m[r], l[r], w->trace_alpha, m_ln, O + r * prm->D, prm->D};
     prm->trace->step(prm->trace, &st);
 }
@@ -218,14 +234,35 @@ static inline attn_status cpu_tiles_check_f16_d32_to_128(const char *stage, cons
     return ATTN_OK;
 }
 
-/* Runs row_tile on every (b, h, row tile) block, in parallel over the blocks. `stage` is "03m" etc.
- * The caller has checked D and the dtype. */
-static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p, const attn_args *a, int Br,
-                                        int Bc, cpu_row_tile_fn row_tile) {
-    attn_status st = attn_problem_validate(p);
-    if (st != ATTN_OK) return st;
+/* Where head bh = b*H + h of the problem lives: its n query rows from row q0 of Q, O and LSE, its n_k
+ * keys from row k0 of K and V, those of K/V head h / (H / H_kv) of batch b (grouped-query attention).
+ * Plain: [B, H, N, D] and [B, H_kv, N_k, D]. With cu_seqlens the packed layout of common/attn.h: Q
+ * [H, total_q, D], sequence b of head h from row h*total_q + cu_seqlens_q[b], its length n. Worked out
+ * here and not by attn_head_span, the reference's: a model is never checked against its own code. */
+typedef struct {
+    int64_t q0, n, k0, n_k;
+} cpu_head;
+
+static inline cpu_head cpu_tiles_head(const attn_problem *p, int64_t bh) {
+    const int64_t H = p->H, b = bh / H, h = bh % H, g = h / (H / p->H_kv);
+    cpu_head x;
+    if (!p->cu_seqlens_q) {
+        x.q0 = bh * p->N, x.n = p->N;
+        x.k0 = (b * p->H_kv + g) * p->N_k, x.n_k = p->N_k;
+    } else {
+        const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
+        x.q0 = h * (int64_t)cq[p->B] + cq[b], x.n = cq[b + 1] - cq[b];
+        x.k0 = g * (int64_t)ck[p->B] + ck[b], x.n_k = ck[b + 1] - ck[b];
+    }
+    return x;
+}
+
+/* The launch of cpu_tiles_run and cpu_tiles_run_kv, once the problem is known to be one the model
+ * takes: every (b, h, row tile) block, in parallel over the blocks. */
+static inline attn_status cpu_tiles_launch(const char *stage, const attn_problem *p, const attn_args *a, int Br,
+                                           int Bc, cpu_row_tile_fn row_tile) {
     const int64_t BH = p->B * p->H, N = p->N, D = p->D;
-    const int Tr = (int)((N + Br - 1) / Br), Tc = (int)((N + Bc - 1) / Bc);
+    const int Tr = (int)((N + Br - 1) / Br); /* of the longest sequence: shorter ones skip their last */
     const int64_t blocks = BH * Tr;
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
@@ -238,13 +275,16 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
 #pragma omp for schedule(dynamic, 1)
         for (int64_t blk = 0; blk < blocks; blk++) {
             if (!have) continue;
-            const int64_t bh = blk / Tr, head = bh * N * D;
             /* Row tiles run last to first, as on the GPU: under a causal mask the last ones are
              * the longest, and starting them first keeps the end of the loop short. */
+            const int64_t bh = blk / Tr;
             const int qt = Tr - 1 - (int)(blk % Tr);
-            const cpu_tile_params prm = {(const uint16_t *)a->q + head, (const uint16_t *)a->k + head,
-                                         (const uint16_t *)a->v + head, (uint16_t *)a->o + head,
-                                         a->lse ? a->lse + bh * N : NULL, (int)N, (int)D, Br, Bc, Tr, Tc,
+            const cpu_head h = cpu_tiles_head(p, bh);
+            if ((int64_t)qt * Br >= h.n) continue; /* a sequence shorter than N: no rows in this tile */
+            const cpu_tile_params prm = {(const uint16_t *)a->q + h.q0 * D, (const uint16_t *)a->k + h.k0 * D,
+                                         (const uint16_t *)a->v + h.k0 * D, (uint16_t *)a->o + h.q0 * D,
+                                         a->lse ? a->lse + h.q0 : NULL, (int)h.n, (int)D, (int)h.n_k, Br, Bc,
+                                         (int)((h.n + Br - 1) / Br), (int)((h.n_k + Bc - 1) / Bc),
                                          p->causal != 0, p->scale, p->dtype, a->trace,
                                          a->trace && bh == 0 ? a->trace->row : -1};
             row_tile(&prm, qt, &w);
@@ -253,6 +293,30 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
     }
     if (failed) return attn_fail(ATTN_ENOMEM, "stage %s: cannot allocate the tiles of one thread", stage);
     return ATTN_OK;
+}
+
+/* Runs row_tile on every (b, h, row tile) block, in parallel over the blocks. `stage` is "03m" etc.
+ * The caller has checked D and the dtype. K and V must be of Q's shape: the models of 03-05 index
+ * them so (the registry refuses other shapes first). */
+static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p, const attn_args *a, int Br,
+                                        int Bc, cpu_row_tile_fn row_tile) {
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes H_kv == H, N_k == N and no cu_seqlens (got H_kv %lld of H %lld, "
+                         "N_k %lld of N %lld)", stage, (long long)p->H_kv, (long long)p->H, (long long)p->N_k,
+                         (long long)p->N);
+    return cpu_tiles_launch(stage, p, a, Br, Bc, row_tile);
+}
+
+/* cpu_tiles_run for a model whose row_tile reads prm->N_k keys of the mapped K/V head and masks with
+ * the bottom-right offset N_k - N (06m): grouped-query attention, N_k != N and cu_seqlens (each
+ * sequence a head of its own lengths, prm->N and prm->N_k). */
+static inline attn_status cpu_tiles_run_kv(const char *stage, const attn_problem *p, const attn_args *a, int Br,
+                                           int Bc, cpu_row_tile_fn row_tile) {
+    attn_status st = attn_problem_validate(p);
+    if (st != ATTN_OK) return st;
+    return cpu_tiles_launch(stage, p, a, Br, Bc, row_tile);
 }
 
 #endif

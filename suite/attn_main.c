@@ -57,9 +57,19 @@ static void usage(FILE *f, const char *prog) {
             "                    LSE and runs here, for a GPU stage; 01 for a CPU one)\n"
             "  --batch B         batch size, 1..%d (default 2)\n"
             "  --heads H         heads, 1..%d (default 8)\n"
-            "  --seq N           sequence length of queries and keys, 1..%d (default 1024)\n"
+            "  --seq N           sequence length of the queries (and of the keys unless --seq-k),\n"
+            "                    1..%d (default 1024)\n"
             "  --dim D           head dim, 1..%d, and one the stage supports (default 64)\n"
-            "  --causal          query i sees keys 0..i only\n"
+            "  --kv-heads H_kv   K/V heads, 1..%d, dividing H (default H): query head h reads K/V head\n"
+            "                    h / (H / H_kv), grouped-query attention (1: multi-query)\n"
+            "  --seq-k N_k       keys, 1..%d (default N); K and V are [B, H_kv, N_k, D]. A stage that\n"
+            "                    does not take --kv-heads or --seq-k refuses it, naming those that do\n"
+            "  --varlen LIST     variable-length sequences, their lengths separated by commas\n"
+            "                    (100,37,512): B is their count, N the longest, queries and keys\n"
+            "                    alike, packed (Q, O [H, total, D]; LSE [H, total]). Not with --batch,\n"
+            "                    --seq, --seq-k, --load, --save or --trace-row\n"
+            "  --causal          query i sees keys 0..i only (0..i + N_k - N: the mask aligned to the\n"
+            "                    bottom right; a row that sees no key has O = 0 and LSE = -inf)\n"
             "  --scale S         score scale (default 1/sqrt(D)), a normal non-zero float32, small\n"
             "                    enough that |S| log2(e) D max|q| max|k| <= 2^24 (every stage's\n"
             "                    exponent stays exact to a unit; a larger one is refused with the\n"
@@ -115,7 +125,7 @@ static void usage(FILE *f, const char *prog) {
             "Exit status: 0 ok (PASS), 1 FAIL or the stage could not run (no GPU, out of memory,\n"
             "CUDA error, the results could not be written to stdout or DIR after the run), 2 bad\n"
             "input (a flag, a value, an input file, a --save DIR refused before the run).\n",
-            ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_GPUS);
+            ATTN_MAX_B, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_D, ATTN_MAX_H, ATTN_MAX_N, ATTN_MAX_GPUS);
     fprintf(f, "Example: %s " USAGE_EXAMPLE "\n", prog);
 }
 
@@ -201,8 +211,14 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
         printf("stage    %s %s (%d x %s)\n", s->id, s->name, r->gpus, attn_gpu_name());
     else
         printf("stage    %s %s (%s)\n", s->id, s->name, s->on_gpu ? attn_gpu_name() : "cpu");
-    printf("shape    B=%lld H=%lld N=%lld D=%lld %s %s scale=%g\n", (long long)p->B, (long long)p->H,
-           (long long)p->N, (long long)p->D, p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
+    printf("shape    B=%lld H=%lld N=%lld D=%lld ", (long long)p->B, (long long)p->H, (long long)p->N,
+           (long long)p->D);
+    if (p->H_kv != p->H || p->N_k != p->N) /* K and V of their own shape */
+        printf("H_kv=%lld N_k=%lld ", (long long)p->H_kv, (long long)p->N_k);
+    if (p->cu_seqlens_q) /* N is the longest sequence */
+        printf("varlen (%lld sequences, %lld rows a head) ", (long long)p->B,
+               (long long)p->cu_seqlens_q[p->B]);
+    printf("%s %s scale=%g\n", p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
            (double)p->scale);
     const int backward = s->pass != ATTN_FORWARD;
     if (backward)
@@ -328,21 +344,25 @@ typedef struct {
     double scale;
     attn_dtype dtype;
     attn_init init;
-    const char *shape_flag, *init_flag; /* the first of --batch/--heads/--seq/--dim, and --init, if given */
+    const char *shape_flag, *init_flag; /* the first shape flag (--batch .. --seq-k), and --init, if given */
     int check_rows_given, seed_given;
     long long gpus;          /* --gpus: 0 = the stage's default */
     int save_inputs;         /* --save-inputs: q.npy, k.npy, v.npy beside the results */
     const char *forward_key; /* --forward: the forward stage a backward stage reads */
     long long trace_row;     /* --trace-row: the query row to follow; -1: none */
+    long long H_kv, N_k;     /* --kv-heads, --seq-k; 0: not given (H and N) */
+    unsigned shape_given;    /* a bit per shape flag given, in int_flags' order */
+    const char *varlen;      /* --varlen: the sequence lengths, "100,37,512"; NULL: none */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
  * the earlier one. seen holds a bit per flag of the list. */
 static int given_twice(const char *a, unsigned *seen) {
-    static const char *const once[] = {"--stage",  "--batch",  "--heads",       "--seq",     "--dim",
-                                       "--causal", "--scale",  "--dtype",       "--gpus",    "--seed",
-                                       "--init",   "--repeat", "--warmup",      "--check",   "--check-rows",
-                                       "--load",   "--save",   "--save-inputs", "--forward", "--trace-row"};
+    static const char *const once[] = {"--stage",    "--batch",  "--heads",       "--seq",     "--dim",
+                                       "--causal",   "--scale",  "--dtype",       "--gpus",    "--seed",
+                                       "--init",     "--repeat", "--warmup",      "--check",   "--check-rows",
+                                       "--load",     "--save",   "--save-inputs", "--forward", "--trace-row",
+                                       "--kv-heads", "--seq-k",  "--varlen"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
         if (*seen & (1u << f)) return bad("%s given twice", a), 1;
@@ -402,7 +422,7 @@ static int run_info_flag(int argc, char **argv, int *i) {
     return 0;
 }
 
-/* The integer flags: where each goes and the range it takes. The first four are the shape. */
+/* The integer flags: where each goes and the range it takes. The first six are the shape. */
 typedef struct {
     const char *name;
     size_t field; /* offsetof(cli, ...) */
@@ -413,6 +433,8 @@ static const int_flag int_flags[] = {
     {"--heads", offsetof(cli, H), 1, ATTN_MAX_H},
     {"--seq", offsetof(cli, N), 1, ATTN_MAX_N},
     {"--dim", offsetof(cli, D), 1, ATTN_MAX_D},
+    {"--kv-heads", offsetof(cli, H_kv), 1, ATTN_MAX_H},
+    {"--seq-k", offsetof(cli, N_k), 1, ATTN_MAX_N},
     {"--seed", offsetof(cli, seed), 0, LLONG_MAX},
     {"--repeat", offsetof(cli, repeat), 1, 100000},
     {"--warmup", offsetof(cli, warmup), 0, 1000},
@@ -420,7 +442,7 @@ static const int_flag int_flags[] = {
     {"--check-rows", offsetof(cli, check_rows), 0, 1000000},
     {"--trace-row", offsetof(cli, trace_row), 0, ATTN_MAX_N - 1},
 };
-enum { SHAPE_FLAGS = 4, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
+enum { SHAPE_FLAGS = 6, INT_FLAGS = sizeof int_flags / sizeof int_flags[0] };
 
 static const int_flag *find_int_flag(const char *a) {
     for (int f = 0; f < INT_FLAGS; f++)
@@ -431,9 +453,51 @@ static const int_flag *find_int_flag(const char *a) {
 static int parse_int_flag(cli *c, const int_flag *f, const char *val) {
     if (parse_i64(f->name, val, f->lo, f->hi, (long long *)((char *)c + f->field))) return EXIT_USAGE;
     if (f < int_flags + SHAPE_FLAGS && !c->shape_flag) c->shape_flag = f->name;
+    if (f < int_flags + SHAPE_FLAGS) c->shape_given |= 1u << (f - int_flags);
     c->seed_given |= !strcmp(f->name, "--seed");
     c->check_rows_given |= !strcmp(f->name, "--check-rows");
     return -1;
+}
+
+/* --varlen's list, "100,37,512": each length an integer from 1 to ATTN_MAX_N, at most VARLEN_MAX of them,
+ * their sum within the int32 offsets. Writes the count and the longest, and when cu is not NULL the
+ * count + 1 offsets (0 first). 0, or -1 with the message. */
+#define VARLEN_MAX 65536
+static int parse_varlen(const char *val, int32_t *cu, long long *count, long long *longest) {
+    char item[32];
+    long long n = 0, total = 0, len;
+    *longest = 0;
+    for (const char *s = val;; s++) {
+        const size_t k = strcspn(s, ",");
+        if (k >= sizeof item || n >= VARLEN_MAX) {
+            fprintf(stderr, "attn: --varlen lists at most %d lengths, each at most %d (got '%s')\n",
+                    VARLEN_MAX, ATTN_MAX_N, val);
+            return -1;
+        }
+        memcpy(item, s, k), item[k] = '\0';
+        if (attn_parse_integer(item, 1, ATTN_MAX_N, &len) != 0) {
+            fprintf(stderr,
+                    "attn: --varlen must list sequence lengths, each an integer from 1 to %d, separated "
+                    "by commas (got '%s')\n",
+                    ATTN_MAX_N, val);
+            return -1;
+        }
+        if (cu) cu[n] = (int32_t)total;
+        total += len, n++;
+        *longest = len > *longest ? len : *longest;
+        if (total > INT32_MAX) {
+            fprintf(
+                stderr,
+                "attn: --varlen: the lengths must sum to at most %d, the int32 offsets' limit (got '%s')\n",
+                INT32_MAX, val);
+            return -1;
+        }
+        s += k;
+        if (!*s) break;
+    }
+    if (cu) cu[n] = (int32_t)total;
+    *count = n;
+    return 0;
 }
 
 /* The other flags that take a value. Returns -1 to go on, or the exit status. */
@@ -442,7 +506,11 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
         c->stage_key = val;
     else if (!strcmp(a, "--forward"))
         c->forward_key = val;
-    else if (!strcmp(a, "--load")) {
+    else if (!strcmp(a, "--varlen")) {
+        long long count, longest;
+        if (parse_varlen(val, NULL, &count, &longest) != 0) return EXIT_USAGE;
+        c->varlen = val;
+    } else if (!strcmp(a, "--load")) {
         if (!*val) return bad("--load needs a directory (got an empty name)"); /* not "/q.npy" */
         c->load_dir = val;
     } else if (!strcmp(a, "--save"))
@@ -477,8 +545,8 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
 }
 
 static int is_text_flag(const char *a) {
-    static const char *const text[] = {"--stage", "--load", "--save",   "--scale",
-                                       "--dtype", "--init", "--forward"};
+    static const char *const text[] = {"--stage", "--load", "--save",    "--scale",
+                                       "--dtype", "--init", "--forward", "--varlen"};
     for (unsigned f = 0; f < sizeof text / sizeof text[0]; f++)
         if (!strcmp(a, text[f])) return 1;
     return 0;
@@ -507,6 +575,20 @@ static int refuse_ignored_flags(const cli *c) {
     if (c->load_dir && c->seed_given && !c->check) /* with --check it still picks the rows checked */
         return bad("--seed cannot be used with --load without --check: the inputs come from the files");
     if (c->check_rows_given && !c->check) return bad("--check-rows needs --check");
+    static const int from_the_list[3] = {0, 2, 5}; /* --batch, --seq, --seq-k */
+    for (int i = 0; c->varlen && i < 3; i++)
+        if (c->shape_given >> from_the_list[i] & 1)
+            return bad("%s cannot be used with --varlen: the batch and the lengths come from its list",
+                       int_flags[from_the_list[i]].name);
+    if (c->varlen && (c->load_dir || c->save_dir || c->trace_row >= 0))
+        return bad(
+            "--varlen cannot be used with %s yet (the files and the traced row are of the [B, H, N, D] "
+            "layout)",
+            c->load_dir   ? "--load"
+            : c->save_dir ? "--save"
+                          : "--trace-row");
+    if (c->H_kv && c->H % c->H_kv) /* each K/V head serves H / H_kv query heads */
+        return bad("--kv-heads must divide --heads = %lld, 1..%lld (got %lld)", c->H, c->H, c->H_kv);
     if (c->save_inputs && !c->save_dir)
         return bad("--save-inputs needs --save DIR (the folder it writes to)");
     if (!c->stage_key) return bad("--stage is required (one of the ids in --list)");
@@ -639,6 +721,9 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
     return -1;
 }
 
+/* 1 for a file of K's shape, [B, H_kv, N_k, D]: k.npy, v.npy and their gradients. */
+static int of_kv(int file) { return file == SAVE_K || file == SAVE_V || file == SAVE_DK || file == SAVE_DV; }
+
 /* Writes the results (o.npy and lse.npy, or dq.npy, dk.npy and dv.npy; with --save-inputs the inputs
  * too) and commits them together; a forward stage without LSE removes an lse.npy that an earlier run
  * left, so that no lse.npy ever sits beside an o.npy it does not belong to. data[] is indexed as
@@ -646,7 +731,7 @@ static int save_begin(const cli *c, int backward, int *dirfd) {
 static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in, int dirfd,
                        const void *const data[SAVE_FILES]) {
     const attn_problem *p = &in->p;
-    const int64_t shape[4] = {p->B, p->H, p->N, p->D};
+    const int64_t shape[4] = {p->B, p->H, p->N, p->D}, kv_shape[4] = {p->B, p->H_kv, p->N_k, p->D};
     static const char *const stale[1] = {"lse.npy"};
     const int backward = s->pass != ATTN_FORWARD, with_lse = !backward && s->writes_lse;
     int files[SAVE_FILES], first;
@@ -659,8 +744,9 @@ static int save_commit(const cli *c, const attn_stage *s, const attn_inputs *in,
     for (; made < nouts && st == ATTN_OK; made++)
         st = npy_out_create(&outs[made], dirfd, c->save_dir, save_names[files[made]]);
     for (int i = 0; i < nouts && st == ATTN_OK; i++)
-        st = files[i] == SAVE_LSE ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
-                                  : npy_out_write(&outs[i], NPY_F16, 4, shape, data[files[i]]);
+        st = files[i] == SAVE_LSE
+                 ? npy_out_write(&outs[i], NPY_F32, 3, shape, data[SAVE_LSE])
+                 : npy_out_write(&outs[i], NPY_F16, 4, of_kv(files[i]) ? kv_shape : shape, data[files[i]]);
     if (st == ATTN_OK) /* a Ctrl-C while another process holds DIR's lock stops the wait (hold_signals.h) */
         st = npy_out_commit_wait(outs, nouts, stale, backward || with_lse ? 0 : 1, NPY_LOCK_WAIT_MS,
                                  attn_signals_noted);
@@ -854,6 +940,22 @@ static attn_run_opts run_opts(const cli *c, const attn_stage *s, const attn_stag
     return opt;
 }
 
+/* --varlen: B sequences of the listed lengths, queries and keys alike (cu_seqlens_q = cu_seqlens_k),
+ * N and N_k the longest. *cu is the caller's to free. Returns -1 to go on, or the exit status. */
+static int varlen_problem(const cli *c, attn_problem *p, int32_t **cu) {
+    long long count, longest;
+    parse_varlen(c->varlen, NULL, &count, &longest); /* taken by parse_args already */
+    *cu = attn_alloc((size_t)(count + 1) * sizeof(int32_t));
+    if (!*cu) {
+        fprintf(stderr, "attn: cannot allocate the --varlen offsets\n");
+        return EXIT_FAIL;
+    }
+    parse_varlen(c->varlen, *cu, &count, &longest);
+    p->B = count, p->N = p->N_k = longest;
+    p->cu_seqlens_q = p->cu_seqlens_k = *cu;
+    return -1;
+}
+
 static int run(const cli *c) {
     const attn_stage *s, *f;
     int rc = find_stages(c, &s, &f);
@@ -867,6 +969,10 @@ static int run(const cli *c) {
 
     attn_problem p = attn_problem_make(c->B, c->H, c->N, c->D, c->causal);
     p.dtype = c->dtype;
+    if (c->H_kv) p.H_kv = c->H_kv;
+    if (c->N_k) p.N_k = c->N_k;
+    int32_t *cu = NULL; /* --varlen: the offsets, queries and keys alike */
+    if (rc < 0 && c->varlen) rc = varlen_problem(c, &p, &cu);
     if (c->have_scale)
         p.scale = (float)c->scale;
     else if (c->load_dir)
@@ -899,6 +1005,7 @@ static int run(const cli *c) {
         }
     }
     if (dirfd >= 0) close(dirfd);
+    free(cu);
     for (int i = 0; i < 5; i++) free(out[i]);
     attn_inputs_free(&in);
     return rc;
@@ -922,8 +1029,8 @@ static int guard_std_fds(void) {
 
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
-    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,   1, -1, -1, 256, 0, 0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0, 0,    NULL, -1};
+    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,   1,  -1, -1, 256, 0,   0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
+             NULL, NULL, 0,    0, 0, 0,    NULL, -1, 0,  0,  0,   NULL};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);

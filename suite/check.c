@@ -31,7 +31,8 @@
  *       moves O_d by |O_d| <= M_d times that). N roundings of either sign, independent, add up as a
  *       random walk of standard deviation sqrt(N / 3) u32 M_d at most: 4 sqrt(N) u32 M_d per sum is 6.9
  *       of them, 8 sqrt(N) u32 M_d for the two. (Not the worst case: that, N u32 M_d, is M_d / 16 at
- *       N = 2^20 and would check nothing.)
+ *       N = 2^20 and would check nothing.) Here and below N counts the keys a row's sums run over:
+ *       N_k where it differs from the queries' N (common/attn.h), as in ln N of the reach.
  * tol = 2u|O_ref| + 2u M_d + 2 E_d + expm1(2 ds') M_d + 8 sqrt(N) u32 M_d + 1e-7: (a) and (b) doubled,
  * for stage 10's second rounding and as headroom (FlashAttention's own rule allows twice the error of
  * a same-precision naive computation; it also covers u |O'| and u sum_j p'_j |v_jd| of the stage's own
@@ -83,6 +84,9 @@
  * would only cost time: 45% more for the check (1.07 s to 1.54 s for the 8416 rows of B = 2, H = 8,
  * N = 4096, D = 64 on 2 cores).
  *
+ * A row that sees no key (causal with N > N_k, common/attn.h) has O_ref = 0, Vmax = Sabs = 0 and so
+ * tol = 1e-7: its O must be 0, and its LSE exactly -inf (a finite LSE or a NaN there fails).
+ *
  * The check fails on the maximum of |err| / tol' over every checked element (never on a mean), on
  * any NaN or inf, and on LSE the same way. A NaN that still has the poison's bits (all ones, which
  * the stages' arithmetic and conversions never produce: theirs are 0x7e00, 0x7fff, 0xfe00,
@@ -113,12 +117,13 @@ typedef struct {
 
 static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
     const attn_inputs *in = ((const bounds_walk *)ctx)->in;
-    const int64_t N = in->p.N, D = in->p.D;
-    const uint16_t *k = in->k + bh * N * D, *v = in->v + bh * N * D;
+    const int64_t N = in->p.N_k, D = in->p.D;
+    const attn_span s = attn_head_span(&in->p, bh);
+    const uint16_t *k = in->k + s.k0 * D, *v = in->v + s.k0 * D;
     const attn_dtype t = in->p.dtype;
     float *kabs = head, *vkey = kabs + N * D;
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t j = 0; j < N; j++) {
+    for (int64_t j = 0; j < s.n_k; j++) {
         float vk = 0.0f;
         for (int64_t d = 0; d < D; d++) {
             kabs[d * N + j] = fabsf(attn_to_f32(k[j * D + d], t));
@@ -131,7 +136,8 @@ static void bounds_decode(void *ctx, int64_t bh, void *head, int parallel) {
 static void bounds_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const bounds_walk *c = ctx;
     const attn_problem *p = &c->in->p;
-    const int64_t N = p->N, D = p->D, row = c->rows[r], nvis = p->causal ? row % N + 1 : N;
+    const attn_span s = attn_head_span(p, attn_row_head(p, c->rows[r]));
+    const int64_t N = p->N_k, D = p->D, row = c->rows[r], nvis = attn_keys_seen(p->causal, s.n, s.n_k, row - s.q0);
     const float *kabs = head, *vkey = kabs + N * D;
     double *sa = scratch;
     for (int64_t j = 0; j < nvis; j++) sa[j] = 0.0;
@@ -152,12 +158,12 @@ static void bounds_row(void *ctx, int64_t r, const void *head, void *scratch) {
 
 static attn_status row_bounds(const attn_inputs *in, const int64_t *rows, int64_t nrows, double *vmax,
                               double *sabs) {
-    const int64_t N = in->p.N, D = in->p.D;
+    const int64_t N = in->p.N_k, D = in->p.D;
     bounds_walk c = {in, rows, vmax, sabs};
     const attn_head_walk w = {(size_t)(N * D + N) * sizeof(float), (size_t)N * sizeof(double), bounds_decode,
                               bounds_row, &c};
     if (attn_walk_heads(&in->p, rows, nrows, &w))
-        return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N = %lld)",
+        return attn_fail(ATTN_ENOMEM, "check: cannot allocate one head of |K| or its sums (N_k = %lld)",
                          (long long)N);
     return ATTN_OK;
 }
@@ -183,8 +189,9 @@ static double range_reach(const row_scale *k, double N) {
 static void note_worst(attn_check *c, const attn_problem *p, int64_t row, int64_t d, double ratio, double got,
                        double want, double tol) {
     c->worst_ratio = ratio;
-    c->worst_b = row / p->N / p->H, c->worst_h = row / p->N % p->H;
-    c->worst_n = row % p->N, c->worst_d = d;
+    const int64_t bh = attn_row_head(p, row);
+    c->worst_b = bh / p->H, c->worst_h = bh % p->H;
+    c->worst_n = row - attn_head_span(p, bh).q0, c->worst_d = d;
     c->worst_got = got, c->worst_want = want, c->worst_tol = tol;
     c->worst_by_range = 0;
 }
@@ -227,11 +234,17 @@ static void check_o_row(attn_check *c, const attn_problem *p, int64_t row, const
 /* LSE of row `row` against want: float32 sums of up to N terms, then a log. */
 static void check_lse_row(attn_check *c, const float *lse, int64_t row, double want, const row_scale *k) {
     const double got = (double)lse[row];
+    if (want == -INFINITY && got == -INFINITY) return; /* a row that sees no key: the contract's -inf */
     if (!isfinite(got)) {
         uint32_t bits;
         memcpy(&bits, &lse[row], sizeof bits);
         c->unwritten += bits == 0xffffffffu, c->lse_unwritten += bits == 0xffffffffu;
         c->nonfinite++, c->lse_nonfinite++;
+        c->lse_worst_ratio = INFINITY;
+        c->max_lse_err = INFINITY;
+        return;
+    }
+    if (want == -INFINITY) { /* no key, and a finite LSE: no tolerance reaches -inf */
         c->lse_worst_ratio = INFINITY;
         c->max_lse_err = INFINITY;
         return;
@@ -246,7 +259,7 @@ static void check_lse_row(attn_check *c, const float *lse, int64_t row, double w
 static row_scale scale_of_row(const attn_problem *p, int64_t r, const double *vmax, const double *sabs,
                               const attn_reference_extras *x) {
     const double u = attn_unit_roundoff(p->dtype), ds = U32 * (double)(p->D + 16) * sabs[r];
-    row_scale k = {u, sqrt((double)p->N), ds, vmax[r], NULL, NULL, NULL, NULL};
+    row_scale k = {u, sqrt((double)p->N_k), ds, vmax[r], NULL, NULL, NULL, NULL}; /* the sums run over N_k keys */
     if (x) k.lo = x->lo + r * p->D, k.hi = x->hi + r * p->D, k.mag = x->mag + r * p->D, k.sub = x->sub + r * p->D;
     return k;
 }
@@ -269,7 +282,7 @@ attn_status attn_check_output(const attn_inputs *in, const uint16_t *o, const fl
     if (st == ATTN_OK) st = row_bounds(in, rows, nrows, vmax, sabs);
     for (int64_t r = 0; r < nrows && st == ATTN_OK; r++) {
         const row_scale k = scale_of_row(p, r, vmax, sabs, NULL);
-        reach[r] = range_reach(&k, (double)p->N);
+        reach[r] = range_reach(&k, (double)p->N_k);
     }
     if (st == ATTN_OK) st = attn_reference_rows_extras(p, in->q, in->k, in->v, rows, nrows, &x, ref_o, ref_lse);
     if (st == ATTN_OK) {
@@ -304,8 +317,9 @@ static int cmp_i64(const void *a, const void *b) {
 attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extra, uint64_t seed,
                              int64_t **rows_out, int64_t *nrows_out) {
     const int64_t total = attn_rows(p), N = p->N, BH = p->B * p->H;
-    /* Small problems are checked whole: up to 2^31 multiply-adds of reference work. */
-    const int all = (double)total * (double)N * (double)p->D <= 2147483648.0;
+    const attn_span first = attn_head_span(p, 0), last = attn_head_span(p, BH - 1);
+    /* Small problems are checked whole: up to 2^31 multiply-adds of reference work (N_k keys a row). */
+    const int all = (double)total * (double)p->N_k * (double)p->D <= 2147483648.0;
     int64_t cap = all ? total : (full_heads ? 2 * N : 0) + extra + 2 * extra;
     int64_t *rows = attn_alloc((size_t)(cap > 0 ? cap : 1) * sizeof(int64_t));
     if (!rows) return attn_fail(ATTN_ENOMEM, "check: cannot allocate the row sample");
@@ -314,16 +328,17 @@ attn_status attn_sample_rows(const attn_problem *p, int full_heads, int64_t extr
         for (int64_t r = 0; r < total; r++) rows[n++] = r;
     } else {
         if (full_heads) {
-            for (int64_t i = 0; i < N; i++) rows[n++] = i;                       /* first (b, h) */
+            for (int64_t i = 0; i < first.n; i++) rows[n++] = first.q0 + i; /* first (b, h) */
             if (BH > 1)
-                for (int64_t i = 0; i < N; i++) rows[n++] = (BH - 1) * N + i;   /* last (b, h) */
+                for (int64_t i = 0; i < last.n; i++) rows[n++] = last.q0 + i; /* last (b, h) */
         }
         for (int64_t e = 0; e < extra; e++) {
             const int64_t r = (int64_t)(mix64(seed * 0x100000001b3ull + (uint64_t)e) % (uint64_t)total);
             rows[n++] = r;
             if (!full_heads) { /* the first and last row of the sampled row's head too */
-                rows[n++] = (r / N) * N;
-                rows[n++] = (r / N) * N + N - 1;
+                const attn_span s = attn_head_span(p, attn_row_head(p, r));
+                rows[n++] = s.q0;
+                rows[n++] = s.q0 + s.n - 1;
             }
         }
         qsort(rows, (size_t)n, sizeof *rows, cmp_i64);

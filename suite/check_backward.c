@@ -303,6 +303,8 @@ attn_status attn_check_grads(const attn_inputs *in, const uint16_t *o, const flo
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
     if (!in->d_o) return attn_fail(ATTN_EINVAL, "check: the inputs hold no dO");
+    if (p->H_kv != p->H || p->N_k != p->N) /* the backward's reference (reference_backward.c) does not */
+        return attn_fail(ATTN_EUNSUPPORTED, "check: gradients of H_kv != H or N_k != N are not checked yet");
     for (int t = 0; t < 3; t++) c->t[t].worst_b = -1;
     const int64_t N = p->N, D = p->D;
     weigh_ctx wc = {in, o, lse, attn_unit_roundoff(p->dtype), 8.0 * sqrt((double)N) * U32 + 2.0 * U32, 0};

@@ -185,6 +185,8 @@ void attn_gpu_release_inputs(void) {
 
 attn_status attn_gpu_hold_inputs(const attn_inputs *in) {
     attn_gpu_release_inputs();
+    if (in->p.H_kv != in->p.H || in->p.N_k != in->p.N || in->p.cu_seqlens_q) /* the buffers below are Q's size */
+        return attn_fail(ATTN_EUNSUPPORTED, "holding the inputs on the GPU: H_kv == H and N_k == N only");
     attn_status st = attn_gpu_available();
     if (st != ATTN_OK) return st;
     const size_t bytes = (size_t)attn_qkv_elems(&in->p) * 2, lse_bytes = (size_t)attn_rows(&in->p) * 4;
@@ -257,6 +259,10 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
     const int backward = s->pass != ATTN_FORWARD;
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
+    /* No GPU stage takes GQA or N_k != N yet (the registry refuses them first): the buffers below are
+     * sized for K and V of Q's shape, so a problem with others must not get this far and overread. */
+    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q)
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: the GPU runs take H_kv == H, N_k == N, no cu_seqlens", s->id);
     /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 8 * in_bytes
      * would wrap past 2^64 and pass the fit check below. Up to 2^59 elements nothing wraps:
      * 8 * 2^60 + 4 * 2^59 bytes < 2^64. */

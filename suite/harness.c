@@ -50,13 +50,13 @@ void attn_inputs_free(attn_inputs *in) {
 static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
     memset(in, 0, sizeof *in);
     in->p = *p;
-    const size_t bytes = (size_t)attn_qkv_elems(p) * 2;
-    in->q = attn_alloc(bytes), in->k = attn_alloc(bytes), in->v = attn_alloc(bytes);
+    const size_t bytes = (size_t)attn_qkv_elems(p) * 2, kv_bytes = (size_t)attn_kv_elems(p) * 2;
+    in->q = attn_alloc(bytes), in->k = attn_alloc(kv_bytes), in->v = attn_alloc(kv_bytes);
     if (!in->q || !in->k || !in->v) {
         attn_inputs_free(in);
         char size[32];
         return attn_fail(ATTN_ENOMEM, "cannot allocate %s of host memory for Q, K and V",
-                         attn_size_text(3.0 * (double)bytes, size, sizeof size));
+                         attn_size_text((double)bytes + 2.0 * (double)kv_bytes, size, sizeof size));
     }
     return ATTN_OK;
 }
@@ -64,8 +64,14 @@ static attn_status alloc_inputs(attn_inputs *in, const attn_problem *p) {
 attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t seed, attn_init kind) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
+    /* first-max and rising place keys by their index in a head, which packed sequences do not have */
+    if (p->cu_seqlens_q && kind != ATTN_INIT_NORMAL && kind != ATTN_INIT_LARGE)
+        return attn_fail(ATTN_EINVAL, "--init %s: not with variable lengths (normal or large)", attn_init_name(kind));
     if ((st = alloc_inputs(in, p)) != ATTN_OK) return st;
-    const int64_t N = p->N, D = p->D, total = attn_qkv_elems(p);
+    /* K and V ([B, H_kv, N_k, D]) count their own elements: element e of each tensor is the same value
+     * whatever the other's shape, and with H_kv = H, N_k = N the inputs are those of before GQA */
+    const int64_t N = p->N_k, D = p->D, nq = attn_qkv_elems(p), nkv = attn_kv_elems(p);
+    const int64_t total = nq > nkv ? nq : nkv;
     const double scale = fabs((double)p->scale), sqrtD = sqrt((double)D);
     /* first-max and rising aim the scores' sign: with a negative scale their keys are negated, so that
      * key 0 is still each row's max and the scores still rise */
@@ -83,7 +89,7 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
     int overflow = 0;
 #pragma omp parallel for schedule(static) reduction(| : overflow)
     for (int64_t e = 0; e < total; e++) {
-        const int64_t j = (e / D) % N; /* the row inside its head */
+        const int64_t j = (e / D) % N; /* the key inside its K/V head */
         double q = normal_at(seed, 1, (uint64_t)e), k = normal_at(seed, 2, (uint64_t)e);
         double v = normal_at(seed, 3, (uint64_t)e);
         switch (kind) {
@@ -98,10 +104,15 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
             k = 0.5 * k + sign * ramp * (N > 1 ? (double)j / (double)(N - 1) : 0.0);
             break;
         }
-        in->q[e] = attn_from_f32((float)q, p->dtype);
-        in->k[e] = attn_from_f32((float)k, p->dtype);
-        in->v[e] = attn_from_f32((float)v, p->dtype);
-        overflow |= !isfinite(attn_to_f32(in->q[e], p->dtype)) || !isfinite(attn_to_f32(in->k[e], p->dtype));
+        if (e < nq) {
+            in->q[e] = attn_from_f32((float)q, p->dtype);
+            overflow |= !isfinite(attn_to_f32(in->q[e], p->dtype));
+        }
+        if (e < nkv) {
+            in->k[e] = attn_from_f32((float)k, p->dtype);
+            in->v[e] = attn_from_f32((float)v, p->dtype);
+            overflow |= !isfinite(attn_to_f32(in->k[e], p->dtype));
+        }
     }
     if (overflow) { /* large, first-max and rising grow as 1 / |scale| to keep the scores in range */
         attn_inputs_free(in);
@@ -166,24 +177,31 @@ attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_proble
         if (arr[t].ndim != 4)
             st = attn_fail(ATTN_EIO, "%s: shape must be [B, H, N, D] (4 dimensions), got %d", path[t],
                            arr[t].ndim);
+        /* K is [B, H_kv, N_k, D]: its B and D are Q's, its heads and keys its own; V is K's shape */
+        const int of = t == 2 ? 1 : 0;
         for (int d = 0; d < 4 && st == ATTN_OK && t > 0; d++)
-            if (arr[t].shape[d] != arr[0].shape[d])
+            if (arr[t].shape[d] != arr[of].shape[d] && (t == 2 || d == 0 || d == 3))
                 st = attn_fail(ATTN_EIO,
-                               "%s: shape (%lld, %lld, %lld, %lld) differs from %s's (%lld, %lld, %lld, %lld)",
+                               "%s: shape (%lld, %lld, %lld, %lld) differs from %s's (%lld, %lld, %lld, %lld)%s",
                                path[t], (long long)arr[t].shape[0], (long long)arr[t].shape[1],
-                               (long long)arr[t].shape[2], (long long)arr[t].shape[3], path[0],
-                               (long long)arr[0].shape[0], (long long)arr[0].shape[1],
-                               (long long)arr[0].shape[2], (long long)arr[0].shape[3]);
+                               (long long)arr[t].shape[2], (long long)arr[t].shape[3], path[of],
+                               (long long)arr[of].shape[0], (long long)arr[of].shape[1],
+                               (long long)arr[of].shape[2], (long long)arr[of].shape[3],
+                               t == 1 ? " in B or D (k.npy and v.npy are [B, H_kv, N_k, D])" : "");
     }
     attn_problem p = *p0;
     if (st == ATTN_OK) {
         p.B = arr[0].shape[0], p.H = arr[0].shape[1], p.N = arr[0].shape[2], p.D = arr[0].shape[3];
+        p.H_kv = arr[1].shape[1], p.N_k = arr[1].shape[2];
         if (!(p0->scale > 0.0f || p0->scale < 0.0f) && p.D > 0) p.scale = (float)(1.0 / sqrt((double)p.D));
-        st = attn_problem_validate(&p);
-        if (st != ATTN_OK) {
+        /* Q's shape first, then K's against it: the message names the file whose shape is refused */
+        attn_problem pq = p;
+        pq.H_kv = p.H, pq.N_k = p.N;
+        const int bad = attn_problem_validate(&pq) != ATTN_OK ? 0 : attn_problem_validate(&p) != ATTN_OK ? 1 : -1;
+        if (bad >= 0) {
             char why[512]; /* attn_fail writes the buffer attn_last_error() points to */
             snprintf(why, sizeof why, "%s", attn_last_error());
-            st = attn_fail(ATTN_EIO, "%s: %s", path[0], why);
+            st = attn_fail(ATTN_EIO, "%s: %s", path[bad], why);
         }
     }
     if (st == ATTN_OK) st = alloc_inputs(in, &p);
@@ -245,8 +263,8 @@ static double max_abs(const uint16_t *x, int64_t n, attn_dtype t) {
 
 attn_status attn_inputs_check_scale(const attn_inputs *in) {
     const attn_problem *p = &in->p;
-    const int64_t n = attn_qkv_elems(p);
-    const double qmax = max_abs(in->q, n, p->dtype), kmax = max_abs(in->k, n, p->dtype);
+    const double qmax = max_abs(in->q, attn_qkv_elems(p), p->dtype);
+    const double kmax = max_abs(in->k, attn_kv_elems(p), p->dtype);
     const double log2e = ATTN_LOG2E; /* the stages' exponent is base 2: scale * log2(e), in float */
     const double dot = (double)p->D * qmax * kmax, sl2 = fabs((double)p->scale) * log2e;
     if (!(dot <= ATTN_MAX_SCORE))

@@ -26,7 +26,7 @@ typedef enum {
 
 typedef struct {
     attn_problem p;
-    uint16_t *q, *k, *v; /* host, [B, H, N, D], bit patterns of p.dtype */
+    uint16_t *q, *k, *v; /* host, Q [B, H, N, D], K and V [B, H_kv, N_k, D], bit patterns of p.dtype */
     uint16_t *d_o;       /* dO for a backward stage (attn_inputs_random_grad, or do.npy), else NULL */
     unsigned from_f32;   /* attn_inputs_load: bit 0, 1, 2 set when q, k, v were float32 in their file
                             (and so were rounded to p.dtype); bit 3 for do.npy; 0 for random inputs */
@@ -37,9 +37,10 @@ attn_status attn_inputs_random(attn_inputs *in, const attn_problem *p, uint64_t 
 /* dO for a backward stage: N(0, 1), rounded to p.dtype, deterministic in seed (and unlike Q, K and V
  * of the same seed); replaces a dO the inputs held. */
 attn_status attn_inputs_random_grad(attn_inputs *in, uint64_t seed);
-/* Reads DIR/q.npy, DIR/k.npy, DIR/v.npy (float16 or float32, [B, H, N, D], C order, all the same
- * shape, all finite). B, H, N and D of *p are replaced by the files'; causal, scale (if 0: 1/sqrt(D))
- * and dtype are kept; float32 values are rounded to p->dtype. */
+/* Reads DIR/q.npy ([B, H, N, D]), DIR/k.npy and DIR/v.npy ([B, H_kv, N_k, D], one shape, B and D
+ * q.npy's), float16 or float32, C order, all finite. B, H, N, D, H_kv and N_k of *p are replaced by
+ * the files'; causal, scale (if 0: 1/sqrt(D)) and dtype are kept; float32 values are rounded to
+ * p->dtype. */
 attn_status attn_inputs_load(attn_inputs *in, const char *dir, const attn_problem *p);
 /* Reads DIR/do.npy (float16 or float32, the shape of in's Q, finite) into in->d_o, rounded to p.dtype
  * (bit 3 of from_f32 set when it was float32). */

@@ -6,10 +6,16 @@
  * the 16-bit conversions with stage 01 and nothing else. tests/test_reference.c checks this file and
  * stage 01 against each other and against properties that need no reference at all.
  *
- * For each requested row i of head (b, h), in double:
- *     s_j   = scale * sum_d q_id k_jd      for every key j the row sees (j < N; j <= i when causal)
+ * For each requested row i of head (b, h), in double, with k and v those of K/V head
+ * h / (H / H_kv) (attn_kv_head: grouped-query attention):
+ *     s_j   = scale * sum_d q_id k_jd      for every key j the row sees (j < N_k; when causal
+ *                                          j <= i + N_k - N, the mask aligned to the bottom right)
  *     m     = max_j s_j,   l = sum_j exp(s_j - m)
  *     o_i   = sum_j exp(s_j - m) v_j / l,   LSE_i = m + ln(l)
+ * A row that sees no key (causal, N > N_k, i < N - N_k) gets o_i = 0 and LSE_i = -inf: the contract's
+ * rule (common/attn.h), FlashAttention's, with no division by the empty sum. With cu_seqlens each
+ * sequence is a head of its own length n and n_k (attn_head_span, the packed layout of common/attn.h):
+ * N and N_k become n and n_k above.
  * The products q_id k_jd of two 16-bit values are exact in double, and the sums run over at most a
  * few thousand terms: the result is exact to about 1e-13 relative, far below the 2^-11 of fp16.
  * The layout is chosen for speed without changing that: a head's K is decoded once, transposed, so
@@ -27,12 +33,13 @@
 
 #include "half.h"
 
-/* One head as doubles: Kt[d * N + j] = k_jd (transposed), V[j * D + d] = v_jd. */
-static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, double *Kt, double *V,
-                        int parallel) {
-    const int64_t N = p->N, D = p->D;
+/* The n_k keys of one K/V head as doubles: Kt[d * N_k + j] = k_jd (transposed, a row of N_k whatever
+ * n_k), V[j * D + d] = v_jd. */
+static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t *v, int64_t n_k, double *Kt,
+                        double *V, int parallel) {
+    const int64_t N = p->N_k, D = p->D;
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t j = 0; j < N; j++)
+    for (int64_t j = 0; j < n_k; j++)
         for (int64_t d = 0; d < D; d++) {
             Kt[d * N + j] = attn_to_f32(k[j * D + d], p->dtype);
             V[j * D + d] = attn_to_f32(v[j * D + d], p->dtype);
@@ -42,7 +49,7 @@ static void decode_head(const attn_problem *p, const uint16_t *k, const uint16_t
 /* Row i's scores s_j = scale * q.k_j over the nkeys keys it sees, into s; returns their max. */
 static double reference_scores(const attn_problem *p, const double *Kt, const uint16_t *q, int64_t nkeys,
                                double *s) {
-    const int64_t N = p->N, D = p->D;
+    const int64_t N = p->N_k, D = p->D;
     for (int64_t j = 0; j < nkeys; j++) s[j] = 0.0;
     int64_t d = 0;
     for (; d + 2 <= D; d += 2) { /* two steps of d per pass over s, summed in order */
@@ -116,13 +123,14 @@ static void near_range(int64_t D, const double *V, const double *s, int64_t nkey
 }
 
 int attn_heads_in_parallel(const attn_problem *p, int64_t nrows) {
-    return p->N * p->D <= 65536 && nrows > 2 * p->N;
+    return p->N_k * p->D <= 65536 && nrows > 2 * p->N;
 }
 
 /* rows[] sorted: the index past the last listed row of rows[r0]'s head. */
-static int64_t head_end(const int64_t *rows, int64_t nrows, int64_t r0, int64_t N) {
+static int64_t head_end(const attn_problem *p, const int64_t *rows, int64_t nrows, int64_t r0) {
+    const int64_t bh = attn_row_head(p, rows[r0]);
     int64_t r1 = r0;
-    while (r1 < nrows && rows[r1] / N == rows[r0] / N) r1++;
+    while (r1 < nrows && attn_row_head(p, rows[r1]) == bh) r1++;
     return r1;
 }
 
@@ -142,7 +150,6 @@ static int walk_rows(const attn_head_walk *w, int64_t r0, int64_t r1, const void
 }
 
 int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, const attn_head_walk *w) {
-    const int64_t N = p->N;
     const int by_head = attn_heads_in_parallel(p, nrows);
     int failed = 0;
 #pragma omp parallel if (by_head) reduction(| : failed)
@@ -151,16 +158,18 @@ int attn_walk_heads(const attn_problem *p, const int64_t *rows, int64_t nrows, c
         if (!head) failed = 1;
 #pragma omp for schedule(dynamic, 16)
         for (int64_t r0 = 0; r0 < nrows; r0++) {
-            if (!head || (r0 > 0 && rows[r0 - 1] / N == rows[r0] / N)) continue; /* not a head's first row */
-            w->decode(w->ctx, rows[r0] / N, head, !by_head);
-            failed |= walk_rows(w, r0, head_end(rows, nrows, r0, N), head, !by_head);
+            const int64_t bh = head ? attn_row_head(p, rows[r0]) : -1;
+            if (!head || (r0 > 0 && attn_row_head(p, rows[r0 - 1]) == bh)) continue; /* not a head's first row */
+            w->decode(w->ctx, bh, head, !by_head);
+            failed |= walk_rows(w, r0, head_end(p, rows, nrows, r0), head, !by_head);
         }
         free(head);
     }
     return failed;
 }
 
-/* The reference's walk: a head is Kt then V (N * D doubles each), a row's scratch its N scores. x
+/* The reference's walk: a head is Kt then V (N_k * D doubles each, of the K/V head the query head reads;
+ * a K/V head that serves several query heads is decoded for each), a row's scratch its N_k scores. x
  * (NULL in attn_reference_rows) asks for what the check needs besides O and LSE. */
 typedef struct {
     const attn_problem *p;
@@ -172,16 +181,26 @@ typedef struct {
 
 static void reference_decode(void *ctx, int64_t bh, void *head, int parallel) {
     const reference_walk *c = ctx;
-    const int64_t ND = c->p->N * c->p->D;
-    decode_head(c->p, c->k + bh * ND, c->v + bh * ND, (double *)head, (double *)head + ND, parallel);
+    const int64_t ND = c->p->N_k * c->p->D, D = c->p->D;
+    const attn_span s = attn_head_span(c->p, bh);
+    decode_head(c->p, c->k + s.k0 * D, c->v + s.k0 * D, s.n_k, (double *)head, (double *)head + ND, parallel);
 }
 
 static void reference_walk_row(void *ctx, int64_t r, const void *head, void *scratch) {
     const reference_walk *c = ctx;
     const attn_reference_extras *x = c->x;
-    const int64_t N = c->p->N, D = c->p->D, row = c->rows[r], nkeys = c->p->causal ? row % N + 1 : N;
-    const double *Kt = head, *V = Kt + N * D;
+    const int64_t D = c->p->D, row = c->rows[r];
+    const attn_span sp = attn_head_span(c->p, attn_row_head(c->p, row));
+    const int64_t nkeys = attn_keys_seen(c->p->causal, sp.n, sp.n_k, row - sp.q0);
+    const double *Kt = head, *V = Kt + c->p->N_k * D;
     double *s = scratch;
+    if (nkeys == 0) { /* no visible key: the contract's O = 0, LSE = -inf, and nothing for the check */
+        for (int64_t d = 0; d < D; d++) c->o[r * D + d] = 0.0;
+        for (int64_t d = 0; x && d < D; d++)
+            x->lo[r * D + d] = -INFINITY, x->hi[r * D + d] = INFINITY, x->mag[r * D + d] = 0.0, x->sub[r * D + d] = 0.0;
+        c->lse[r] = -INFINITY;
+        return;
+    }
     const double m = reference_scores(c->p, Kt, c->q + row * D, nkeys, s);
     if (x && x->reach[r] >= 0.0)
         near_range(D, V, s, nkeys, m - x->reach[r], x->lo + r * D, x->hi + r * D);
@@ -208,7 +227,7 @@ attn_status attn_reference_rows_extras(const attn_problem *p, const uint16_t *q,
                                        const attn_reference_extras *x, double *o, double *lse) {
     attn_status st = attn_reference_rows_valid(p, rows, nrows);
     if (st != ATTN_OK) return st;
-    const int64_t N = p->N, D = p->D;
+    const int64_t N = p->N_k, D = p->D;
     reference_walk c = {p, q, k, v, rows, x, o, lse};
     const attn_head_walk w = {(size_t)(2 * N * D) * sizeof(double), (size_t)N * sizeof(double),
                               reference_decode, reference_walk_row, &c};

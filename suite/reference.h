@@ -10,8 +10,11 @@ extern "C" {
 #endif
 
 /* O and LSE of the listed rows, in double. rows[] holds global row indices (b*H + h)*N + i, sorted
- * ascending (the rows of one head share one decoding of its K and V). Writes o[r*D .. r*D+D-1] and
- * lse[r] for the r-th listed row. */
+ * ascending (the rows of one head share one decoding of its K and V). K and V are [B, H_kv, N_k, D],
+ * query head h reading K/V head h / (H / H_kv); causal is aligned to the bottom right (query i sees
+ * keys 0 .. i + N_k - N). A row that sees no key (causal, N > N_k) gets O = 0 and LSE = -inf, the
+ * contract's rule (common/attn.h). Writes o[r*D .. r*D+D-1] and lse[r] for the r-th listed row.
+ * cu_seqlens are not taken yet (ATTN_EUNSUPPORTED). */
 attn_status attn_reference_rows(const attn_problem *p, const uint16_t *q, const uint16_t *k,
                                 const uint16_t *v, const int64_t *rows, int64_t nrows, double *o,
                                 double *lse);
@@ -46,7 +49,8 @@ attn_status attn_reference_rows_extras(const attn_problem *p, const uint16_t *q,
 int attn_heads_in_parallel(const attn_problem *p, int64_t nrows);
 
 /* One pass over sorted rows[], a head at a time, shared by the reference and the check's bounds:
- * decode() fills `head` (head_bytes, one per thread) from head bh, then row() handles the r-th listed
+ * decode() fills `head` (head_bytes, one per thread) for query head bh (from the K/V head it reads,
+ * attn_kv_head), then row() handles the r-th listed
  * row of that head with `scratch` (row_bytes, one per thread). `parallel` says whether decode() may
  * spread its own loop over the threads (long heads) or runs on one (short heads). */
 typedef struct {

@@ -163,6 +163,10 @@ attn_status attn_reference_grads_head(const attn_problem *p, const uint16_t *q, 
                                       const attn_grad_request *req) {
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
+    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q) /* the forward's reference takes them */
+        return attn_fail(ATTN_EUNSUPPORTED, "reference gradients: H_kv == H and N_k == N only, no cu_seqlens "
+                         "(got H_kv %lld of %lld, N_k %lld of %lld)", (long long)p->H_kv, (long long)p->H,
+                         (long long)p->N_k, (long long)p->N);
     const int64_t N = p->N, D = p->D, ND = N * D;
     if (bh < 0 || bh >= p->B * p->H)
         return attn_fail(ATTN_EINVAL, "reference gradients: head %lld is not in 0..%lld", (long long)bh,

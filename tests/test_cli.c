@@ -428,11 +428,15 @@ Test(cli, bad_npy_inputs_exit_2_and_write_nothing) {
     snprintf(args, sizeof args, "--stage 01 --load %s --save %s", dir, out_dir);
     EXPECT_USAGE(args, "q.npy: cannot open"); /* missing files */
 
-    for (int d = 0; d < 4; d++) { /* K, V of another shape: another B, H, N or D */
+    /* K, V of another shape: another B or D is refused as such; H_kv = 3 does not divide H = 2; N_k = 10
+     * is a problem of its own, which stage 01 (H_kv == H, N_k == N only) refuses naming the field */
+    static const char *const why[4] = {"differs from", "kv heads must divide heads = 2", "N_k == N only",
+                                       "differs from"};
+    for (int d = 0; d < 4; d++) {
         int64_t other[4] = {1, 2, 9, 8};
         other[d]++;
         write_inputs(dir, NPY_F32, shape, other, 0.0f);
-        EXPECT_USAGE(args, "differs from");
+        EXPECT_USAGE(args, why[d]);
     }
 
     write_inputs(dir, NPY_F32, shape, shape, NAN); /* a NaN in K */
@@ -1337,4 +1341,87 @@ Test(cli, closed_stdout_is_refused_before_the_run) {
     snprintf(cmd, sizeof cmd, "{ %s --stage 01 --seq 16 --dim 8 >&-; } 2>&1", attn_bin());
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "attn: standard output is closed: the results would be lost"), "%s", out);
+}
+
+/* The entries of dir besides . and .. */
+static int dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+}
+
+/* --kv-heads and --seq-k: the rules and messages of the other size flags, the divisibility of H, and a
+ * stage that does not take them refused naming the field and the stages that do (from the registry);
+ * each refusal exits 2 and leaves nothing in the --save folder. */
+Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_them) {
+    char dir[64], args[512];
+    make_dir(dir, sizeof dir);
+    static const char *const refused[][2] = {
+        {"--stage 06m --kv-heads 0", "--kv-heads must be an integer from 1 to 1048576 (got '0')"},
+        {"--stage 06m --kv-heads 2x", "--kv-heads must be an integer from 1 to 1048576 (got '2x')"},
+        {"--stage 06m --seq-k -3", "--seq-k must be an integer from 1 to 16777216 (got '-3')"},
+        {"--stage 06m --seq-k 16777217", "--seq-k must be an integer from 1 to 16777216"},
+        {"--stage 06m --seq-k", "--seq-k needs a value"},
+        {"--stage 06m --seq-k=5", "write the value as the next argument, '--seq-k 5'"},
+        {"--stage 06m --kv-heads 2 --kv-heads 2", "--kv-heads given twice"},
+        {"--stage 06m --heads 6 --kv-heads 4", "--kv-heads must divide --heads = 6, 1..6 (got 4)"},
+        {"--stage 06m --heads 2 --kv-heads 3", "--kv-heads must divide --heads = 2, 1..2 (got 3)"},
+        {"--stage 06m --load /tmp --seq-k 5", "--seq-k cannot be used with --load"},
+        {"--stage 01 --heads 6 --kv-heads 2",
+         "stage 01 takes H_kv == H only (got H_kv 2 of H 6, --kv-heads)"},
+        {"--stage 01 --seq 37 --seq-k 129", "stage 01 takes N_k == N only (got N_k 129 of N 37, --seq-k)"},
+        {"--stage 05m --seq 37 --seq-k 12", "stage 05m takes N_k == N only"},
+        {"--stage 04m --heads 4 --kv-heads 1", "stage 04m takes H_kv == H only"},
+        {"--stage 06 --heads 4 --kv-heads 2",
+         "stage 06 takes H_kv == H only"}, /* a GPU stage, built or not */
+        {"--stage 13 --seq 64 --seq-k 32", "stage 13 takes N_k == N only"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(args, sizeof args, "--save %s %s", dir, refused[i][0]);
+        EXPECT_USAGE(args, refused[i][1]);
+        cr_assert_eq(dir_entries(dir), 0, "'%s' left files in %s", args, dir);
+    }
+    /* the refusal names the stages that do take them, from the registry */
+    EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2", "the stages that take grouped-query attention: 06m");
+    EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06m");
+    /* and 06m runs them, checked against the reference */
+    cr_assert_eq(attn("--stage 06m --kv-heads 2 --heads 6 --seq 37 --seq-k 129 --causal --check"), 0, "%s",
+                 out);
+    cr_assert(strstr(out, "H_kv=2 N_k=129") && strstr(out, "\nPASS"), "%s", out);
+    /* the defaults are H and N: naming them is the plain problem, which every stage takes */
+    snprintf(args, sizeof args,
+             "--stage 01 --batch 1 --heads 3 --kv-heads 3 --seq 20 --seq-k 20 --dim 8 --check");
+    cr_assert_eq(attn(args), 0, "%s", out);
+    cr_assert(strstr(out, "PASS") && !strstr(out, "H_kv="), "%s", out);
+    rmdir(dir);
+}
+
+/* --varlen LIST: the lengths' rules and messages, the flags it cannot be used with, a stage that takes
+ * no cu_seqlens refused naming the field and 06m, which runs it and passes the check. */
+Test(cli, varlen_is_parsed_refused_and_run) {
+    static const char *const refused[][2] = {
+        {"--stage 06m --varlen 5,,6",
+         "--varlen must list sequence lengths, each an integer from 1 to 16777216"},
+        {"--stage 06m --varlen 0", "--varlen must list sequence lengths"},
+        {"--stage 06m --varlen 7,x", "separated by commas (got '7,x')"},
+        {"--stage 06m --varlen 7,", "--varlen must list sequence lengths"},
+        {"--stage 06m --varlen", "--varlen needs a value"},
+        {"--stage 06m --varlen 5 --varlen 6", "--varlen given twice"},
+        {"--stage 06m --varlen 5,6 --batch 2", "--batch cannot be used with --varlen"},
+        {"--stage 06m --varlen 5,6 --seq 6", "--seq cannot be used with --varlen"},
+        {"--stage 06m --varlen 5,6 --seq-k 6", "--seq-k cannot be used with --varlen"},
+        {"--stage 06m --varlen 5,6 --save /tmp", "--varlen cannot be used with --save"},
+        {"--stage 06m --varlen 5,6 --trace-row 0", "--varlen cannot be used with --trace-row"},
+        {"--stage 06m --varlen 5,6 --init rising", "--init rising: not with variable lengths"},
+        {"--stage 01 --varlen 5,6", "stage 01 takes no cu_seqlens (variable-length batches); the stages that "
+                                    "take them: 06m"},
+        {"--stage 05m --varlen 5,6", "stage 05m takes no cu_seqlens"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        EXPECT_USAGE(refused[i][0], refused[i][1]);
+    cr_assert_eq(attn("--stage 06m --varlen 100,37,512 --heads 6 --kv-heads 2 --causal --check"), 0, "%s",
+                 out);
+    cr_assert(strstr(out, "varlen (3 sequences, 649 rows a head)") && strstr(out, "\nPASS"), "%s", out);
 }

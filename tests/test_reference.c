@@ -73,6 +73,233 @@ static void compare_with_reference(int64_t B, int64_t H, int64_t N, int64_t D, i
     attn_inputs_free(&in);
 }
 
+/* ---- grouped-query attention, N_k != N, the bottom-right causal mask --------------------------- */
+
+/* How the brute force below maps heads and places the mask: the contract's way, or a planted bug. */
+enum { MAP_GROUPS = 0, MAP_MODULO = 1 };   /* h / (H / H_kv), or the wrong h % H_kv */
+enum { MASK_BOTTOM_RIGHT = 0, MASK_TOP_LEFT = 1 }; /* j <= i + N_k - N, or the wrong j <= i */
+
+/* O and LSE of every row, one row at a time with plain loops, written apart from suite/reference.c:
+ * K and V [B, H_kv, N_k, D], query head h of batch b reading K/V head `map` of it. */
+static void brute_force(const attn_problem *p, const attn_inputs *in, int map, int mask, double *o, double *lse) {
+    const int64_t H = p->H, Hkv = p->H_kv, N = p->N, Nk = p->N_k, D = p->D;
+    double *s = malloc((size_t)Nk * sizeof(double));
+    cr_assert(s);
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < N; i++) {
+                const int64_t g = map == MAP_GROUPS ? h / (H / Hkv) : h % Hkv, row = (b * H + h) * N + i;
+                const uint16_t *q = in->q + row * D, *k = in->k + (b * Hkv + g) * Nk * D;
+                const uint16_t *v = in->v + (b * Hkv + g) * Nk * D;
+                const int64_t last = !p->causal ? Nk - 1 : mask == MASK_BOTTOM_RIGHT ? i + Nk - N : i;
+                double m = -INFINITY, l = 0.0;
+                for (int64_t j = 0; j <= last && j < Nk; j++) {
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += (double)attn_to_f32(q[d], p->dtype) * (double)attn_to_f32(k[j * D + d], p->dtype);
+                    s[j] = dot * (double)p->scale;
+                    if (s[j] > m) m = s[j];
+                }
+                for (int64_t d = 0; d < D; d++) o[row * D + d] = 0.0;
+                for (int64_t j = 0; j <= last && j < Nk; j++) l += exp(s[j] - m);
+                for (int64_t j = 0; j <= last && j < Nk; j++)
+                    for (int64_t d = 0; d < D; d++)
+                        o[row * D + d] += exp(s[j] - m) / l * (double)attn_to_f32(v[j * D + d], p->dtype);
+                lse[row] = l > 0.0 ? m + log(l) : -INFINITY; /* no key: O = 0, LSE = -inf */
+            }
+    free(s);
+}
+
+/* The largest difference between two sets of outputs, scaled as compare_with_reference's rule; two
+ * -inf LSEs are equal, -inf against a number is infinitely far. */
+static double max_rel_diff(const double *a, const double *b, int64_t n) {
+    double worst = 0.0;
+    for (int64_t e = 0; e < n; e++) {
+        if (a[e] == b[e]) continue;
+        const double r = isinf(a[e]) || isinf(b[e]) ? INFINITY : fabs(a[e] - b[e]) / (1 + fabs(b[e]));
+        if (!(r <= worst)) worst = r;
+    }
+    return worst;
+}
+
+/* The reference on every row of the problem against the brute force of the contract (to 1e-12, as
+ * stage 01 against it), and against the planted bugs, from which it must differ. */
+static void reference_vs_brute_force(int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t D, int causal) {
+    attn_problem p = attn_problem_make(2, H, N, D, causal);
+    p.H_kv = Hkv, p.N_k = Nk;
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 5150 + (uint64_t)(N * 3 + Nk + Hkv), ATTN_INIT_NORMAL), ATTN_OK, "%s",
+                 attn_last_error());
+    const int64_t rows = attn_rows(&p), n = attn_qkv_elems(&p);
+    int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+    double *o = malloc((size_t)n * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
+    double *bo = malloc((size_t)n * sizeof(double)), *blse = malloc((size_t)rows * sizeof(double));
+    cr_assert(idx && o && lse && bo && blse);
+    for (int64_t r = 0; r < rows; r++) idx[r] = r;
+    cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s", attn_last_error());
+    brute_force(&p, &in, MAP_GROUPS, MASK_BOTTOM_RIGHT, bo, blse);
+    const char *what = causal ? "causal" : "non-causal";
+    cr_assert(max_rel_diff(o, bo, n) <= 1e-12 && max_rel_diff(lse, blse, rows) <= 1e-12,
+              "H %lld H_kv %lld N %lld N_k %lld %s: the reference differs from the brute force (O %g, LSE %g)",
+              (long long)H, (long long)Hkv, (long long)N, (long long)Nk, what, max_rel_diff(o, bo, n),
+              max_rel_diff(lse, blse, rows));
+    for (int64_t r = 0; r < rows; r++) /* the rows that see no key: exactly O = 0, LSE = -inf */
+        if (causal && r % N < N - Nk) {
+            cr_assert(lse[r] == -INFINITY, "row %lld sees no key: LSE %g, want -inf", (long long)r, lse[r]);
+            for (int64_t d = 0; d < D; d++) cr_assert(o[r * D + d] == 0.0, "row %lld sees no key: O != 0", (long long)r);
+        }
+    if (H / Hkv > 1 && Hkv > 1) { /* h % H_kv is another head than h / (H / H_kv) for some h */
+        brute_force(&p, &in, MAP_MODULO, MASK_BOTTOM_RIGHT, bo, blse);
+        cr_assert(max_rel_diff(o, bo, n) > 1e-3, "%s: the head map h %% H_kv gives the reference's answer", what);
+    }
+    if (causal && N != Nk) { /* the top-left mask sees other keys */
+        brute_force(&p, &in, MAP_GROUPS, MASK_TOP_LEFT, bo, blse);
+        cr_assert(max_rel_diff(o, bo, n) > 1e-3 || max_rel_diff(lse, blse, rows) > 1e-3,
+                  "N %lld N_k %lld: the top-left mask gives the reference's answer", (long long)N, (long long)Nk);
+    }
+    free(idx), free(o), free(lse), free(bo), free(blse);
+    attn_inputs_free(&in);
+}
+
+Test(reference, gqa_and_seq_k_match_brute_force) {
+    static const int64_t kv_heads[] = {2, 1, 6}, sizes[][2] = {{37, 129}, {129, 37}, {37, 37}};
+    for (int c = 0; c < 2; c++)
+        for (int a = 0; a < 3; a++)
+            for (int z = 0; z < 3; z++) reference_vs_brute_force(6, kv_heads[a], sizes[z][0], sizes[z][1], 24, c);
+}
+
+/* ---- variable-length batches: cu_seqlens, the packed layout ---------------------------------- */
+
+/* O and LSE of every row of a packed problem, by plain loops written apart from suite/reference.c:
+ * Q and O [H, total_q, D], K and V [H_kv, total_k, D]; sequence b of head h at rows h * total_q +
+ * cu_q[b] of Q, its keys at rows g * total_k + cu_k[b] of K (g = h / (H / H_kv)). all_keys: the planted
+ * bug of a model that forgets the sequences' ends, every key of the packed head visible. */
+static void brute_force_varlen(const attn_problem *p, const attn_inputs *in, int all_keys, double *o, double *lse) {
+    const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
+    const int64_t H = p->H, D = p->D, Tq = cq[p->B], Tk = ck[p->B];
+    double *s = malloc((size_t)Tk * sizeof(double));
+    cr_assert(s);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t b = 0; b < p->B; b++) {
+            const int64_t n = cq[b + 1] - cq[b], g = h / (H / p->H_kv);
+            const int64_t k_first = all_keys ? 0 : ck[b], n_k = all_keys ? Tk : ck[b + 1] - ck[b];
+            const uint16_t *k = in->k + (g * Tk + k_first) * D, *v = in->v + (g * Tk + k_first) * D;
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t row = h * Tq + cq[b] + i, seen = p->causal ? i + n_k - n + 1 : n_k;
+                double m = -INFINITY, l = 0.0;
+                for (int64_t j = 0; j < seen; j++) {
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += (double)attn_to_f32(in->q[row * D + d], p->dtype) *
+                               (double)attn_to_f32(k[j * D + d], p->dtype);
+                    s[j] = dot * (double)p->scale;
+                    if (s[j] > m) m = s[j];
+                }
+                for (int64_t j = 0; j < seen; j++) l += exp(s[j] - m);
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0.0;
+                    for (int64_t j = 0; j < seen; j++)
+                        acc += exp(s[j] - m) / l * (double)attn_to_f32(v[j * D + d], p->dtype);
+                    o[row * D + d] = seen > 0 ? acc : 0.0;
+                }
+                lse[row] = seen > 0 ? m + log(l) : -INFINITY;
+            }
+        }
+    free(s);
+}
+
+/* Sequences of 1, 37, 129 and 5 queries with 9, 37, 64 and 200 keys (so causal rows that see none in
+ * the third), H = 6 on H_kv = 2 and 1: the reference against the brute force, and against the
+ * planted bug, from which it must differ. */
+Test(reference, varlen_matches_brute_force) {
+    static const int32_t cq[] = {0, 1, 38, 167, 172}, ck[] = {0, 9, 46, 110, 310};
+    for (int c = 0; c < 2; c++)
+        for (int64_t Hkv = 1; Hkv <= 2; Hkv++) {
+            attn_problem p = attn_problem_make(4, 6, 129, 40, c);
+            p.H_kv = Hkv, p.N_k = 200, p.cu_seqlens_q = cq, p.cu_seqlens_k = ck;
+            attn_inputs in;
+            cr_assert_eq(attn_inputs_random(&in, &p, 77 + (uint64_t)c, ATTN_INIT_NORMAL), ATTN_OK, "%s",
+                         attn_last_error());
+            const int64_t rows = attn_rows(&p), n = attn_qkv_elems(&p);
+            cr_assert_eq(rows, 6 * 172, "rows of a packed problem: H * total_q");
+            cr_assert_eq(attn_kv_elems(&p), Hkv * 310 * 40, "K's elements: H_kv * total_k * D");
+            int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+            double *o = malloc((size_t)n * sizeof(double)), *lse = malloc((size_t)rows * sizeof(double));
+            double *bo = malloc((size_t)n * sizeof(double)), *blse = malloc((size_t)rows * sizeof(double));
+            cr_assert(idx && o && lse && bo && blse);
+            for (int64_t r = 0; r < rows; r++) idx[r] = r;
+            cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, o, lse), ATTN_OK, "%s",
+                         attn_last_error());
+            brute_force_varlen(&p, &in, 0, bo, blse);
+            cr_assert(max_rel_diff(o, bo, n) <= 1e-12 && max_rel_diff(lse, blse, rows) <= 1e-12,
+                      "H_kv %lld causal %d: the reference differs from the brute force (O %g, LSE %g)",
+                      (long long)Hkv, c, max_rel_diff(o, bo, n), max_rel_diff(lse, blse, rows));
+            if (!c) { /* every key of the packed head visible: not the sequences' attention */
+                brute_force_varlen(&p, &in, 1, bo, blse);
+                cr_assert(max_rel_diff(o, bo, n) > 1e-3, "ignoring the sequences' ends gives the reference's answer");
+            }
+            free(idx), free(o), free(lse), free(bo), free(blse);
+            attn_inputs_free(&in);
+        }
+}
+
+/* cu_seqlens are checked as the other fields: both or neither, from 0, each sequence 0..N (or N_k) long. */
+Test(reference, varlen_offsets_are_validated) {
+    static const int32_t ok[] = {0, 3, 5}, late[] = {1, 3, 5}, down[] = {0, 3, 2}, longer[] = {0, 3, 10};
+    attn_problem p = attn_problem_make(2, 1, 4, 8, 0);
+    p.cu_seqlens_q = ok, p.cu_seqlens_k = ok;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_OK, "%s", attn_last_error());
+    p.cu_seqlens_k = NULL;
+    cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL);
+    cr_assert(strstr(attn_last_error(), "both or neither"), "%s", attn_last_error());
+    const int32_t *bad[] = {late, down, longer};
+    const char *why[] = {"must start at 0 (got 1)", "sequence 1 must be 0..4 long (got -1)",
+                         "sequence 1 must be 0..4 long (got 7)"};
+    for (int i = 0; i < 3; i++) {
+        p.cu_seqlens_q = ok, p.cu_seqlens_k = bad[i];
+        cr_assert_eq(attn_problem_validate(&p), ATTN_EINVAL, "%s", why[i]);
+        cr_assert(strstr(attn_last_error(), "cu_seqlens_k") && strstr(attn_last_error(), why[i]), "%s",
+                  attn_last_error());
+    }
+}
+
+/* The check takes the contract's empty rows, O = 0 and LSE = -inf, and nothing else there: a NaN, a
+ * finite LSE or an O off zero fails. */
+Test(check, rows_that_see_no_key_need_zero_and_minus_inf) {
+    attn_problem p = attn_problem_make(1, 2, 40, 16, 1);
+    p.N_k = 13; /* rows 0 .. 26 of each head see no key */
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, 4, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    const int64_t rows = attn_rows(&p), n = attn_qkv_elems(&p);
+    int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+    double *ro = malloc((size_t)n * sizeof(double)), *rl = malloc((size_t)rows * sizeof(double));
+    uint16_t *o = malloc((size_t)n * 2);
+    float *lse = malloc((size_t)rows * 4);
+    cr_assert(idx && ro && rl && o && lse);
+    for (int64_t r = 0; r < rows; r++) idx[r] = r;
+    cr_assert_eq(attn_reference_rows(&p, in.q, in.k, in.v, idx, rows, ro, rl), ATTN_OK, "%s", attn_last_error());
+    for (int64_t e = 0; e < n; e++) o[e] = attn_f2h((float)ro[e]);
+    for (int64_t r = 0; r < rows; r++) lse[r] = (float)rl[r];
+    attn_check c;
+    cr_assert_eq(attn_check_output(&in, o, lse, idx, rows, &c), ATTN_OK, "%s", attn_last_error());
+    cr_assert(c.pass, "the reference rounded must pass: ratio %g, LSE %g", c.worst_ratio, c.lse_worst_ratio);
+    lse[3] = 0.0f; /* a finite LSE for a row that sees no key */
+    cr_assert_eq(attn_check_output(&in, o, lse, idx, rows, &c), ATTN_OK);
+    cr_assert(!c.pass, "a finite LSE on an empty row must fail");
+    memset(&lse[3], 0xff, sizeof lse[3]); /* never written */
+    cr_assert_eq(attn_check_output(&in, o, lse, idx, rows, &c), ATTN_OK);
+    cr_assert(!c.pass && c.lse_unwritten == 1, "an unwritten LSE on an empty row must fail");
+    lse[3] = -INFINITY;
+    o[3 * p.D + 5] = 0x7e00; /* a NaN (0/0) where O = 0 */
+    cr_assert_eq(attn_check_output(&in, o, lse, idx, rows, &c), ATTN_OK);
+    cr_assert(!c.pass && c.nonfinite == 1, "a NaN on an empty row must fail");
+    o[3 * p.D + 5] = attn_f2h(0.01f);
+    cr_assert_eq(attn_check_output(&in, o, lse, idx, rows, &c), ATTN_OK);
+    cr_assert(!c.pass, "an O off zero on an empty row must fail");
+    free(idx), free(ro), free(rl), free(o), free(lse);
+    attn_inputs_free(&in);
+}
+
 /* Short heads go a head per thread (attn_heads_in_parallel), long ones a head at a time with the
  * rows spread over the threads. Both must give the same bits: every row of 21 heads of 19 keys at
  * once (the head-per-thread path) against the same rows asked for one head at a time (19 rows, the

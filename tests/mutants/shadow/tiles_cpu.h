@@ -12,8 +12,10 @@
 #define ATTN_MUTANT_SHADOW_TILES_CPU_H
 
 #define cpu_tiles_run cpu_tiles_run_every_block
+#define cpu_tiles_run_kv cpu_tiles_run_kv_every_block
 #include "../../../kit/tiles_cpu.h"
 #undef cpu_tiles_run
+#undef cpu_tiles_run_kv
 
 /* 1 when rows first .. end-1 hold a row the check reads (mutant_check.c). */
 int mutant_wants_rows(int64_t first, int64_t end);
@@ -29,6 +31,13 @@ static inline attn_status cpu_tiles_run(const char *stage, const attn_problem *p
                                         int Bc, cpu_row_tile_fn row_tile) {
     mutant_row_tile_fn = row_tile;
     return cpu_tiles_run_every_block(stage, p, a, Br, Bc, mutant_row_tile);
+}
+
+/* The same for 06m, which launches through cpu_tiles_run_kv (K and V of their own shape). */
+static inline attn_status cpu_tiles_run_kv(const char *stage, const attn_problem *p, const attn_args *a,
+                                           int Br, int Bc, cpu_row_tile_fn row_tile) {
+    mutant_row_tile_fn = row_tile;
+    return cpu_tiles_run_kv_every_block(stage, p, a, Br, Bc, mutant_row_tile);
 }
 
 #endif
