@@ -160,7 +160,7 @@ $(LIB): $(C_OBJ) $(CU_OBJ)
 	@dup=$$(nm -g --defined-only $@ 2>/dev/null | awk 'NF == 3 && $$2 ~ /^[TDBR]$$/ { print $$3 }' | sort | uniq -d); \
 	 if [ -n "$$dup" ]; then echo "error: defined twice in $@ (rename one): $$dup" >&2; rm -f $@; exit 1; fi
 ifeq ($(HAVE_CUDA),)
-	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01, the models 03m-06m and the backward model 12m)."
+	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01, the models 03m-06m, the backward model 12m and the decoding model 15m)."
 endif
 
 $(ATTN): suite/attn_main.c $(LIB) $(FLAGS_STAMP)

@@ -47,7 +47,8 @@ static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
 /* Each GPU stage from 03 on has a CPU model beside its kernel (NN_x/x_cpu.c, id NNm): the same tiles,
  * loop order and equations in plain C, so that every algorithm runs, is tested and can be broken on
- * a machine without a GPU. A model takes its stage's head dims and dtypes. */
+ * a machine without a GPU. A model takes its stage's head dims and dtypes. Stage 15 (decoding) has
+ * its model 15m before its kernel, which is not written yet. */
 
 /* Where the GPU stages run: the CUDA-core stages 02-05 from sm_70 on (V100, and the T4 of free notebook
  * services; the Makefile passes sm_75 when its nvcc, CUDA 13 or newer, no longer builds sm_70), the
