@@ -406,7 +406,7 @@ attn_status stage15m_run(const attn_problem *p, const attn_args *a) {
                          "stage 15m: causal needs N <= N_k, the N new queries being the last of N_k "
                          "cached keys (got N %lld, N_k %lld)",
                          (long long)p->N, (long long)p->N_k);
-    if (p->N_k > ATTN_MAX_N || p->B > ATTN_MAX_B)
+    if (p->N_k < 1 || p->N_k > ATTN_MAX_N) /* cache_len is int32 */
         return attn_fail(ATTN_EINVAL, "stage 15m: N_k must be 1..%d (got %lld)", ATTN_MAX_N,
                          (long long)p->N_k);
     int32_t *len = attn_alloc((size_t)p->B * sizeof(int32_t));

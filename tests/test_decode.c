@@ -340,6 +340,28 @@ Test(decode, bad_input_is_refused_naming_the_argument) {
     case_free(&t);
 }
 
+/* Through the registry and the suite's run and check (attn_run), at the shapes of decoding that the
+ * front end cannot ask for yet: grouped heads and N_k != N, every sequence the same cache. */
+Test(decode, registry_runs_grouped_heads_over_a_longer_cache) {
+    const attn_stage *s = attn_find_stage("15m");
+    cr_assert_not_null(s);
+    for (int causal = 0; causal <= 1; causal++) {
+        attn_problem p = attn_problem_make(3, 8, 3, 64, causal);
+        p.H_kv = 2, p.N_k = 500;
+        attn_inputs in;
+        cr_assert_eq(attn_inputs_random(&in, &p, 101 + (uint64_t)causal, ATTN_INIT_NORMAL), ATTN_OK, "%s",
+                     attn_last_error());
+        attn_run_opts opt = attn_run_opts_default();
+        opt.warmup = 0, opt.repeat = 2, opt.check = 1;
+        attn_result r;
+        cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+        cr_assert(r.chk.pass && r.chk.lse_checked && r.identical == 1,
+                  "causal %d: err/tol %g, LSE err/tol %g, non-finite %lld, identical %d", causal,
+                  r.chk.worst_ratio, r.chk.lse_worst_ratio, (long long)r.chk.nonfinite, r.identical);
+        attn_inputs_free(&in);
+    }
+}
+
 /* Through the registry: causal with N > N_k is not decoding; the suite's path refuses it, naming both. */
 Test(decode, registry_refuses_causal_past_the_cache) {
     const attn_stage *s = attn_find_stage("15m");
