@@ -160,7 +160,7 @@ $(LIB): $(C_OBJ) $(CU_OBJ)
 	@dup=$$(nm -g --defined-only $@ 2>/dev/null | awk 'NF == 3 && $$2 ~ /^[TDBR]$$/ { print $$3 }' | sort | uniq -d); \
 	 if [ -n "$$dup" ]; then echo "error: defined twice in $@ (rename one): $$dup" >&2; rm -f $@; exit 1; fi
 ifeq ($(HAVE_CUDA),)
-	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01, the models 03m-06m and the backward model 12m)."
+	@echo "note: no nvcc (or NO_CUDA=1), so the GPU stages were not built (the CPU stages only: 01, the models 03m-06m, the backward model 12m and the decoding model 15m)."
 endif
 
 $(ATTN): suite/attn_main.c $(LIB) $(FLAGS_STAMP)
@@ -181,13 +181,13 @@ compile_commands.json:
 
 # The files clang-format (.clang-format) checks. Listed, not globbed: files written before the
 # .clang-format existed join the list once they are formatted (clang-format -i FILE).
-FORMAT_DIRS    := 06_fa2_full 07_tma_wgmma 08_warp_specialized 09_overlap 14_backward_hopper lib
+FORMAT_DIRS    := 06_fa2_full 07_tma_wgmma 08_warp_specialized 09_overlap 14_backward_hopper 15_decode lib
 FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*.cu $(d)/*.cuh)) \
                   $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h kit/wgmma_ops.cuh kit/fast_math.cuh \
                             kit/device_sm.h kit/backward_prep.cuh kit/backward_workspace.h suite/hold_signals.*) \
                   suite/attn_main.c 10_context_parallel/cp_bench_main.c \
                   tests/fa2_selftest.cu tests/fa2_selftest.h tests/test_fa2_blocks.c tests/test_flashattn.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c tests/test_backward_hopper_layout.c \
-                  tests/test_cli.c tests/test_context_parallel.c tests/mutants/mutant_check.c tests/mutants/shadow/tiles_cpu.h
+                  tests/test_cli.c tests/test_context_parallel.c tests/mutants/mutant_check.c tests/mutants/shadow/tiles_cpu.h tests/test_decode.c
 CLANG_FORMAT   ?= clang-format
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || \

@@ -70,7 +70,7 @@ typedef enum { ATTN_FORWARD = 0, ATTN_BACKWARD = 1, ATTN_BACKWARD_ATOMIC = 2 } a
  *           block loads it (FlashAttention's IO count, where on-chip memory is one block's shared
  *           memory and registers and nothing is shared between blocks): the traffic between L2 and
  *           the SMs. A stage without tiles (01, 02, 11) counts the same as hbm_*.
- * For a CPU stage "HBM" is the machine's RAM; a CPU model (03m-06m, 12m) counts its kernel's bytes.
+ * For a CPU stage "HBM" is the machine's RAM; a CPU model (03m-06m, 12m, 15m) counts its kernel's bytes.
  */
 typedef struct {
     double hbm_read, hbm_written;
@@ -83,7 +83,8 @@ typedef struct {
 typedef struct {
     const char *id;     /* "01" .. "14"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" and "12m"
                            for the CPU models of 03 .. 06 and 12; "13d", "14d": the deterministic modes
-                           of stages 13 and 14 */
+                           of stages 13 and 14; "15m": the model of stage 15 (flash-decoding), whose
+                           kernel is not written yet */
     const char *folder; /* "01_naive_cpu" */
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */

@@ -1,0 +1,375 @@
+/*
+ * test_decode.c: stage 15m, flash-decoding's model (15_decode/decode_cpu.c), through its own entry
+ * points: per-sequence cache lengths, paged caches with shuffled block tables, forced chunk counts.
+ * Each sequence b is checked against the independent double reference as its own problem (B = 1,
+ * N = N_q, N_k = cache_len[b], H, H_kv) by the suite's check (attn_check_output: check.c's tolerance,
+ * NaN and never-written elements fail), on fresh random inputs, with O and LSE poisoned (all bits
+ * set, NaN) before the run. The pool's spare pages and the slots past each sequence's end hold NaN:
+ * a model that reads a key it should not writes NaN, which no check passes. Planted bugs
+ * (decode_opts.bug) must fail the same check.
+ */
+#include <math.h>
+
+#include "15_decode/decode_cpu.h"
+#include "half.h"
+#include "test_util.h"
+
+#define SPARE_PAGES 3 /* pages of NaN in the pool that no table entry names */
+
+typedef struct {
+    decode_shape s;
+    int32_t *len;
+    attn_inputs *seq; /* sequence b alone: Q [1, H, N_q, D], K and V [1, H_kv, len[b], D] */
+    uint16_t *q;      /* [B, H, N_q, D]: the sequences' Q side by side */
+    uint16_t *k, *v;  /* the pools (paged) or [B, H_kv, n_max, D] (contiguous) */
+    int32_t *table;   /* paged: [B, stride] */
+    decode_cache c;   /* paged; page_size 0 in the case: contiguous, through decode_cpu_contiguous */
+    int64_t n_max;    /* contiguous: keys a sequence's slot holds, past the longest cache */
+    uint16_t *o;
+    float *lse;
+} decode_case;
+
+static uint64_t next_random(uint64_t *x) { /* xorshift64*: shuffles only */
+    *x ^= *x >> 12, *x ^= *x << 25, *x ^= *x >> 27;
+    return *x * 0x2545f4914f6cdd1dull;
+}
+
+static uint16_t *nan_filled(int64_t elems, attn_dtype t) {
+    uint16_t *a = malloc((size_t)elems * sizeof(uint16_t));
+    cr_assert(a, "out of memory");
+    const uint16_t nan = attn_from_f32(NAN, t);
+    for (int64_t e = 0; e < elems; e++) a[e] = nan;
+    return a;
+}
+
+/* Sequence b's keys into the cache: page by page through the table, or into its contiguous slot. */
+static void place_keys(decode_case *t, int64_t b, int64_t ps) {
+    const decode_shape *s = &t->s;
+    const attn_inputs *in = &t->seq[b];
+    for (int64_t g = 0; g < s->H_kv; g++)
+        for (int64_t j = 0; j < t->len[b]; j++) {
+            const int64_t src = (g * t->len[b] + j) * s->D;
+            const int64_t dst =
+                ps ? (((int64_t)t->table[b * t->c.table_stride + j / ps] * s->H_kv + g) * ps + j % ps) * s->D
+                   : ((b * s->H_kv + g) * t->n_max + j) * s->D;
+            memcpy(t->k + dst, in->k + src, (size_t)s->D * sizeof(uint16_t));
+            memcpy(t->v + dst, in->v + src, (size_t)s->D * sizeof(uint16_t));
+        }
+}
+
+/* B sequences of lens[b] keys, fresh inputs from seed; page size ps (pages handed out in a shuffled
+ * order), or ps = 0 for the contiguous cache. */
+static void case_make(decode_case *t, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t D, int causal,
+                      const int32_t *lens, int64_t ps, uint64_t seed) {
+    memset(t, 0, sizeof *t);
+    t->len = malloc((size_t)B * sizeof(int32_t));
+    t->seq = calloc((size_t)B, sizeof(attn_inputs));
+    t->q = malloc((size_t)(B * H * N_q * D) * sizeof(uint16_t));
+    cr_assert(t->len && t->seq && t->q);
+    memcpy(t->len, lens, (size_t)B * sizeof(int32_t));
+    t->s = (decode_shape){B, H, H_kv, N_q, D, causal, 1.0f / sqrtf((float)D), ATTN_F16, t->len};
+    int64_t max_len = 0, pages = 0;
+    for (int64_t b = 0; b < B; b++) {
+        attn_problem p = attn_problem_make(1, H, N_q, D, causal);
+        p.H_kv = H_kv, p.N_k = lens[b];
+        cr_assert_eq(attn_inputs_random(&t->seq[b], &p, seed * 7919 + (uint64_t)b, ATTN_INIT_NORMAL), ATTN_OK,
+                     "%s", attn_last_error());
+        memcpy(t->q + b * H * N_q * D, t->seq[b].q, (size_t)(H * N_q * D) * sizeof(uint16_t));
+        if (lens[b] > max_len) max_len = lens[b];
+        if (ps) pages += (lens[b] + ps - 1) / ps;
+    }
+    if (ps) {
+        const int64_t stride = (max_len + ps - 1) / ps, pool = pages + SPARE_PAGES;
+        int32_t *order = malloc((size_t)pool * sizeof(int32_t));
+        t->table = malloc((size_t)(B * stride) * sizeof(int32_t));
+        cr_assert(order && t->table);
+        for (int64_t e = 0; e < pool; e++) order[e] = (int32_t)e;
+        uint64_t x = seed | 1;
+        for (int64_t e = pool - 1; e > 0; e--) { /* Fisher-Yates */
+            const int64_t f = (int64_t)(next_random(&x) % (uint64_t)(e + 1));
+            const int32_t tmp = order[e];
+            order[e] = order[f], order[f] = tmp;
+        }
+        int64_t used = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t e = 0; e < stride; e++) /* entries past a sequence's pages: never read, -1 */
+                t->table[b * stride + e] = e < (lens[b] + ps - 1) / ps ? order[used++] : -1;
+        free(order);
+        t->k = nan_filled(pool * H_kv * ps * D, ATTN_F16), t->v = nan_filled(pool * H_kv * ps * D, ATTN_F16);
+        t->c = (decode_cache){t->k, t->v, pool, ps, t->table, stride};
+    } else {
+        t->n_max = max_len + 5; /* 5 NaN keys past the longest cache */
+        t->k = nan_filled(B * H_kv * t->n_max * D, ATTN_F16),
+        t->v = nan_filled(B * H_kv * t->n_max * D, ATTN_F16);
+    }
+    for (int64_t b = 0; b < B; b++) place_keys(t, b, ps);
+    t->o = malloc((size_t)(B * H * N_q * D) * sizeof(uint16_t));
+    t->lse = malloc((size_t)(B * H * N_q) * sizeof(float));
+    cr_assert(t->o && t->lse);
+}
+
+static void case_free(decode_case *t) {
+    for (int64_t b = 0; b < t->s.B; b++) attn_inputs_free(&t->seq[b]);
+    free(t->seq), free(t->len), free(t->q), free(t->k), free(t->v), free(t->table), free(t->o), free(t->lse);
+}
+
+/* Poison O and LSE, run the model with `chunks` (0: its choice) and `bug`. */
+static attn_status case_run(decode_case *t, int64_t chunks, decode_bug bug) {
+    const decode_shape *s = &t->s;
+    memset(t->o, 0xff, (size_t)(s->B * s->H * s->N_q * s->D) * sizeof(uint16_t));
+    memset(t->lse, 0xff, (size_t)(s->B * s->H * s->N_q) * sizeof(float));
+    const decode_opts opt = {chunks, 0, bug};
+    return t->table ? decode_cpu_paged(s, t->q, &t->c, &opt, t->o, t->lse)
+                    : decode_cpu_contiguous(s, t->q, t->k, t->v, t->n_max, &opt, t->o, t->lse);
+}
+
+/* Every row of every sequence against the reference; 1 when all pass. The worst sequence is logged. */
+static int case_passes(const decode_case *t, char *why, size_t cap) {
+    const decode_shape *s = &t->s;
+    const int64_t rows = s->H * s->N_q;
+    int64_t *idx = malloc((size_t)rows * sizeof(int64_t));
+    cr_assert(idx);
+    for (int64_t r = 0; r < rows; r++) idx[r] = r;
+    int pass = 1;
+    for (int64_t b = 0; b < s->B && pass; b++) {
+        attn_check c;
+        cr_assert_eq(attn_check_output(&t->seq[b], t->o + b * rows * s->D, t->lse + b * rows, idx, rows, &c),
+                     ATTN_OK, "%s", attn_last_error());
+        pass = c.pass && c.lse_checked;
+        if (!pass)
+            snprintf(why, cap,
+                     "sequence %lld (%d keys): worst [h=%lld n=%lld d=%lld] got %g want %g (err/tol %g), "
+                     "LSE err/tol %g, non-finite %lld (never written %lld)",
+                     (long long)b, t->len[b], (long long)c.worst_h, (long long)c.worst_n,
+                     (long long)c.worst_d, c.worst_got, c.worst_want, c.worst_ratio, c.lse_worst_ratio,
+                     (long long)c.nonfinite, (long long)c.unwritten);
+    }
+    free(idx);
+    return pass;
+}
+
+/* The model at this case, each chunk count in chunks[] (0: chosen), must pass. */
+static void expect_exact(decode_case *t, const int64_t *chunks, int n, const char *what) {
+    char why[512] = "";
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(case_run(t, chunks[i], DECODE_EXACT), ATTN_OK, "%s: %s", what, attn_last_error());
+        cr_expect(case_passes(t, why, sizeof why), "%s, chunks %lld: %s", what, (long long)chunks[i], why);
+    }
+}
+
+/* ---- against the reference ------------------------------------------------------------------- */
+
+static const int64_t chosen[] = {0};
+
+Test(decode, cache_of_one_key) {
+    static const int32_t lens[3] = {1, 1, 1};
+    for (int causal = 0; causal <= 1; causal++)
+        for (int ps = 0; ps <= 16; ps += 16) {
+            decode_case t;
+            case_make(&t, 3, 32, 8, 1, 64, causal, lens, ps, 11 + (uint64_t)(causal * 2 + ps));
+            static const int64_t chunks[] = {0, 1, 7};
+            expect_exact(&t, chunks, 3, causal ? "1 key, causal" : "1 key");
+            case_free(&t);
+        }
+}
+
+/* Lengths that are multiples of neither the pages (16, 64), the key tile (64) nor the chunks. */
+Test(decode, ragged_lengths_pages_and_chunks) {
+    static const int32_t lens[5] = {17, 65, 129, 1000, 333};
+    static const int64_t chunks[] = {0, 1, 2, 7};
+    char what[96];
+    for (int causal = 0; causal <= 1; causal++)
+        for (int p = 0; p < 3; p++) {
+            const int64_t ps = p == 0 ? 0 : p == 1 ? 16 : 64;
+            decode_case t;
+            case_make(&t, 5, 32, 8, 3, 64, causal, lens, ps, 23 + (uint64_t)(causal * 3 + p));
+            snprintf(what, sizeof what, "N_q 3, page %lld%s", (long long)ps, causal ? ", causal" : "");
+            expect_exact(&t, chunks, 4, what);
+            case_free(&t);
+        }
+}
+
+/* One sequence of 20000 keys and one query: choose_chunks cuts it into 17 chunks of 1177 keys. */
+Test(decode, one_long_sequence) {
+    static const int32_t lens[1] = {20000};
+    static const int64_t chunks[] = {0, 7};
+    for (int causal = 0; causal <= 1; causal++) {
+        decode_case t;
+        case_make(&t, 1, 32, 8, 1, 64, causal, lens, 64, 31 + (uint64_t)causal);
+        expect_exact(&t, chunks, 2, causal ? "20000 keys, causal" : "20000 keys");
+        case_free(&t);
+    }
+}
+
+/* 37 sequences of 1 to 300 keys (causal: at least N_q), N_q 1, 3 and 16, pages of 16. */
+Test(decode, many_short_sequences) {
+    int32_t lens[37];
+    char what[64];
+    static const int64_t nq[] = {1, 3, 16};
+    for (int causal = 0; causal <= 1; causal++)
+        for (int a = 0; a < 3; a++) {
+            for (int b = 0; b < 37; b++) {
+                lens[b] = 1 + (b * 83) % 300;
+                if (causal && lens[b] < nq[a]) lens[b] = (int32_t)nq[a];
+            }
+            decode_case t;
+            case_make(&t, 37, 32, 8, nq[a], 64, causal, lens, 16, 41 + (uint64_t)(causal * 3 + a));
+            snprintf(what, sizeof what, "37 sequences, N_q %lld%s", (long long)nq[a],
+                     causal ? ", causal" : "");
+            expect_exact(&t, chosen, 1, what);
+            case_free(&t);
+        }
+}
+
+/* H = 32 query heads over 8, 1 (multi-query) and 32 (multi-head) K/V heads. */
+Test(decode, grouped_query_heads) {
+    static const int32_t lens[3] = {300, 45, 129};
+    static const int64_t kv[] = {8, 1, 32}, chunks[] = {0, 2};
+    char what[64];
+    for (int causal = 0; causal <= 1; causal++)
+        for (int a = 0; a < 3; a++) {
+            decode_case t;
+            case_make(&t, 3, 32, kv[a], 16, 64, causal, lens, 64, 53 + (uint64_t)(causal * 3 + a));
+            snprintf(what, sizeof what, "H 32, H_kv %lld%s", (long long)kv[a], causal ? ", causal" : "");
+            expect_exact(&t, chunks, 2, what);
+            case_free(&t);
+        }
+}
+
+/* Forced chunk counts 1, 2, 7 and one chunk per key of the longest cache: the shorter caches then have
+ * empty chunks, and causal rows see none of the chunks past their last key (LSE -inf, no NaN). */
+Test(decode, forced_chunk_counts) {
+    static const int32_t lens[3] = {16, 77, 300};
+    static const int64_t chunks[] = {1, 2, 7, 300};
+    for (int causal = 0; causal <= 1; causal++) {
+        decode_case t;
+        case_make(&t, 3, 8, 2, 16, 32, causal, lens, 16, 61 + (uint64_t)causal);
+        expect_exact(&t, chunks, 4, causal ? "forced chunks, causal" : "forced chunks");
+        case_free(&t);
+    }
+}
+
+/* The contiguous cache is the identity block table: the same inputs through a shuffled table give the
+ * same bits (the same chunks, tiles and order of every sum). */
+Test(decode, contiguous_equals_paged_bit_for_bit) {
+    static const int32_t lens[4] = {5, 130, 64, 200};
+    decode_case a, b;
+    case_make(&a, 4, 8, 4, 3, 64, 1, lens, 0, 71);
+    case_make(&b, 4, 8, 4, 3, 64, 1, lens, 16, 71); /* the same seed: the same Q, K, V */
+    for (int64_t chunks = 0; chunks <= 7; chunks += 7) {
+        cr_assert_eq(case_run(&a, chunks, DECODE_EXACT), ATTN_OK, "%s", attn_last_error());
+        cr_assert_eq(case_run(&b, chunks, DECODE_EXACT), ATTN_OK, "%s", attn_last_error());
+        cr_assert(!memcmp(a.o, b.o, (size_t)(4 * 8 * 3 * 64) * sizeof(uint16_t)), "O differs, chunks %lld",
+                  (long long)chunks);
+        cr_assert(!memcmp(a.lse, b.lse, (size_t)(4 * 8 * 3) * sizeof(float)), "LSE differs, chunks %lld",
+                  (long long)chunks);
+    }
+    case_free(&a), case_free(&b);
+}
+
+/* ---- the check can fail: planted bugs --------------------------------------------------------- */
+
+static void expect_caught(decode_bug bug, int64_t H_kv, int64_t ps, int64_t chunks, const char *what) {
+    static const int32_t lens[3] = {100, 257, 40};
+    decode_case t;
+    char why[512] = "";
+    case_make(&t, 3, 32, H_kv, 3, 64, 1, lens, ps, 83 + (uint64_t)bug);
+    cr_assert_eq(case_run(&t, chunks, DECODE_EXACT), ATTN_OK, "%s", attn_last_error());
+    cr_assert(case_passes(&t, why, sizeof why), "%s: the exact model fails first: %s", what, why);
+    cr_assert_eq(case_run(&t, chunks, bug), ATTN_OK, "%s", attn_last_error());
+    cr_assert(!case_passes(&t, why, sizeof why), "planted bug passed the check: %s", what);
+    cr_log_info("%s: caught (%s)", what, why);
+    case_free(&t);
+}
+
+Test(decode, planted_bugs_fail_the_check) {
+    expect_caught(DECODE_BUG_DROP_LAST_CHUNK, 8, 16, 2, "the merge drops the last chunk");
+    expect_caught(DECODE_BUG_DROP_LAST_CHUNK, 8, 16, 0, "the merge drops the last chosen chunk");
+    expect_caught(DECODE_BUG_HEAD_MODULO, 8, 16, 0, "query head h reads K/V head h % H_kv");
+    expect_caught(DECODE_BUG_IGNORE_TABLE, 8, 16, 0, "the block table ignored");
+}
+
+/* ---- the choice of chunks, and bad input ------------------------------------------------------ */
+
+Test(decode, choose_chunks_follows_its_rule) {
+    cr_assert_eq(choose_chunks(1, 8, 20000, 132), 17, "one wave: ceil(132 / 8)");
+    cr_assert_eq(choose_chunks(32, 8, 20000, 132), 1, "256 blocks already cover 132 SMs");
+    cr_assert_eq(choose_chunks(1, 1, 1000, 132), 4, "chunks of 256 keys at least: ceil(1000 / 256)");
+    cr_assert_eq(choose_chunks(1, 1, 1 << 20, 132), 128, "at most DECODE_MAX_CHUNKS");
+    cr_assert_eq(choose_chunks(1, 8, 1, 132), 1);
+    cr_assert_eq(choose_chunks(1, 8, 20000, 0), 17, "sms 0: DECODE_DEFAULT_SMS");
+    int64_t f, e;
+    decode_chunk_keys(10, 7, 4, &f, &e); /* 2 keys a chunk: chunk 4 is keys 8, 9 */
+    cr_assert(f == 8 && e == 10, "%lld %lld", (long long)f, (long long)e);
+    decode_chunk_keys(10, 7, 5, &f, &e); /* past the last key: empty */
+    cr_assert(f == e, "%lld %lld", (long long)f, (long long)e);
+}
+
+/* The refusal's status and a piece of its message (the argument and its range). No poison: the case's
+ * shape may have been changed past its buffers, which a refusal never touches. */
+static void expect_einval(decode_case *t, const char *needle) {
+    cr_assert_eq(decode_cpu_paged(&t->s, t->q, &t->c, NULL, t->o, t->lse), ATTN_EINVAL,
+                 "want EINVAL with \"%s\"", needle);
+    cr_assert(strstr(attn_last_error(), needle), "message: %s (want \"%s\")", attn_last_error(), needle);
+}
+
+Test(decode, bad_input_is_refused_naming_the_argument) {
+    static const int32_t lens[2] = {40, 3};
+    decode_case t;
+    case_make(&t, 2, 8, 2, 3, 16, 1, lens, 16, 97);
+    t.c.page_size = 0;
+    expect_einval(&t, "page_size must be 1..");
+    t.c.page_size = 16;
+    const int32_t saved = t.table[1];
+    t.table[1] = (int32_t)t.c.num_pages; /* one past the pool */
+    expect_einval(&t, "block_table[0][1] must be a page 0..");
+    t.table[1] = -1;
+    expect_einval(&t, "block_table[0][1] must be a page 0..");
+    t.table[1] = saved;
+    t.s.N_q = 4; /* sequence 1 holds 3 keys */
+    expect_einval(&t, "causal needs N_q <= cache_len[1], i.e. N_q 1..3 (got N_q 4)");
+    t.s.N_q = 3, t.s.H_kv = 3;
+    expect_einval(&t, "H_kv must divide H = 8");
+    t.s.H_kv = 2, t.len[1] = 0;
+    expect_einval(&t, "cache_len[1] must be 1..");
+    t.len[1] = 3;
+    const decode_opts opt = {-1, 0, DECODE_EXACT};
+    cr_assert_eq(decode_cpu_paged(&t.s, t.q, &t.c, &opt, t.o, t.lse), ATTN_EINVAL);
+    cr_assert(strstr(attn_last_error(), "chunks must be 0 (choose) or 1.."), "%s", attn_last_error());
+    cr_assert_eq(case_run(&t, 0, DECODE_EXACT), ATTN_OK, "restored: %s", attn_last_error());
+    case_free(&t);
+}
+
+/* Through the registry and the suite's run and check (attn_run), at the shapes of decoding that the
+ * front end cannot ask for yet: grouped heads and N_k != N, every sequence the same cache. */
+Test(decode, registry_runs_grouped_heads_over_a_longer_cache) {
+    const attn_stage *s = attn_find_stage("15m");
+    cr_assert_not_null(s);
+    for (int causal = 0; causal <= 1; causal++) {
+        attn_problem p = attn_problem_make(3, 8, 3, 64, causal);
+        p.H_kv = 2, p.N_k = 500;
+        attn_inputs in;
+        cr_assert_eq(attn_inputs_random(&in, &p, 101 + (uint64_t)causal, ATTN_INIT_NORMAL), ATTN_OK, "%s",
+                     attn_last_error());
+        attn_run_opts opt = attn_run_opts_default();
+        opt.warmup = 0, opt.repeat = 2, opt.check = 1;
+        attn_result r;
+        cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+        cr_assert(r.chk.pass && r.chk.lse_checked && r.identical == 1,
+                  "causal %d: err/tol %g, LSE err/tol %g, non-finite %lld, identical %d", causal,
+                  r.chk.worst_ratio, r.chk.lse_worst_ratio, (long long)r.chk.nonfinite, r.identical);
+        attn_inputs_free(&in);
+    }
+}
+
+/* Through the registry: causal with N > N_k is not decoding; the suite's path refuses it, naming both. */
+Test(decode, registry_refuses_causal_past_the_cache) {
+    const attn_stage *s = attn_find_stage("15m");
+    cr_assert_not_null(s);
+    attn_problem p = attn_problem_make(1, 4, 9, 32, 1);
+    p.N_k = 8;
+    cr_assert_eq(attn_stage_supports(s, &p), ATTN_OK, "GQA and N_k != N are taken");
+    const attn_args a = {0};
+    cr_assert_eq(s->run(&p, &a), ATTN_EUNSUPPORTED);
+    cr_assert(strstr(attn_last_error(), "N 9, N_k 8"), "%s", attn_last_error());
+}
