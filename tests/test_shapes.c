@@ -173,21 +173,23 @@ Test(shapes, check_fails_the_head_map_h_mod_h_kv) {
 /* Who takes what: 06m GQA, N_k != N and cu_seqlens; every other stage (01-05, their models,
  * the GPU stages) is refused them by attn_stage_supports, with the field named, and the models of
  * 03-05 refuse them even when run directly. */
-Test(shapes, only_06m_takes_gqa_and_seq_k) {
+Test(shapes, only_06m_and_15m_take_gqa_and_seq_k) {
     attn_problem gqa = attn_problem_make(1, 4, 64, 64, 1), seq_k = gqa;
     gqa.H_kv = 2;
     seq_k.N_k = 65;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        const int is06m = !strcmp(s->id, "06m");
-        cr_assert_eq(s->takes, is06m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN : 0u,
-                     "stage %s takes %#x", s->id, s->takes);
+        const int is06m = !strcmp(s->id, "06m"), is15m = !strcmp(s->id, "15m"), takes = is06m || is15m;
+        const unsigned want = is06m   ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
+                              : is15m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K
+                                      : 0u;
+        cr_assert_eq(s->takes, want, "stage %s takes %#x", s->id, s->takes);
         if (!s->supports_dim(64) || !(s->dtypes & ATTN_DTYPE_BIT(ATTN_F16))) continue;
-        cr_assert_eq(attn_stage_supports(s, &gqa) == ATTN_OK, is06m, "stage %s, H_kv 2 of 4: %s", s->id,
+        cr_assert_eq(attn_stage_supports(s, &gqa) == ATTN_OK, takes, "stage %s, H_kv 2 of 4: %s", s->id,
                      attn_last_error());
-        if (!is06m) cr_assert(strstr(attn_last_error(), "H_kv == H only"), "%s", attn_last_error());
-        cr_assert_eq(attn_stage_supports(s, &seq_k) == ATTN_OK, is06m, "stage %s, N_k 65 of 64", s->id);
-        if (!is06m) cr_assert(strstr(attn_last_error(), "N_k == N only"), "%s", attn_last_error());
+        if (!takes) cr_assert(strstr(attn_last_error(), "H_kv == H only"), "%s", attn_last_error());
+        cr_assert_eq(attn_stage_supports(s, &seq_k) == ATTN_OK, takes, "stage %s, N_k 65 of 64", s->id);
+        if (!takes) cr_assert(strstr(attn_last_error(), "N_k == N only"), "%s", attn_last_error());
     }
     attn_inputs in;
     cr_assert_eq(attn_inputs_random(&in, &gqa, 3, ATTN_INIT_NORMAL), ATTN_OK);
