@@ -194,7 +194,7 @@ static attn_status run_single(const attn_stage *local, const opts *o, const attn
         cudaMemcpy(v, in->v, bytes, cudaMemcpyHostToDevice) ||
         cudaDeviceSynchronize()) /* a pageable copy may return before it lands; s does not wait for it */
         st = attn_fail(ATTN_ENOMEM, "one GPU at the full shape: %s", cudaGetErrorString(cudaGetLastError()));
-    attn_args a = {q, k, v, od, ld, NULL, (void *)s, 1, NULL, NULL, NULL, NULL, NULL};
+    attn_args a = {.q = q, .k = k, .v = v, .o = od, .lse = ld, .stream = (void *)s, .gpus = 1};
     for (int i = 0; i < o->warmup + o->repeat && st == ATTN_OK; i++) {
         float f = 0;
         cudaEventRecord(e0, s);

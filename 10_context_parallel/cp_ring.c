@@ -390,7 +390,7 @@ static attn_status run_call(cp_ring *R, cp_rank *k, int qs, const char *kv, int 
     attn_problem lp = R->p;
     lp.N = call->n;
     lp.causal = call->causal;
-    attn_args a = {q, kk, vv, k->o_part, k->lse_part, NULL, (void *)k->compute, 1, NULL, NULL, NULL, NULL, NULL};
+    attn_args a = {.q = q, .k = kk, .v = vv, .o = k->o_part, .lse = k->lse_part, .stream = (void *)k->compute, .gpus = 1};
     if ((st = R->local->run(&lp, &a)) != ATTN_OK) return st;
     return cp_merge_launch(k->o_acc + (size_t)qs * rows * D, k->lse_acc + (size_t)qs * rows, c, k->o_part,
                            k->lse_part, call->n, BH, D, call->from, call->to, call->q0, R->p.dtype, k->compute);

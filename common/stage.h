@@ -38,8 +38,16 @@ typedef struct {
 typedef struct attn_trace {
     int64_t row; /* the query row i of the first head (b = 0, h = 0) to follow */
     void (*step)(const struct attn_trace *t, const attn_trace_step *s);
-    void *ctx;   /* the caller's */
+    void *ctx; /* the caller's */
 } attn_trace;
+
+/* Element strides of one tensor over batch, head and row; its D elements are contiguous. All three 0:
+ * contiguous [B, heads, rows, D]. [B, N, H, D] is {N*H*D, D, H*D}. With cu_seqlens the batch stride is
+ * unused (sequences are packed along the rows). Only a stage whose `takes` has ATTN_TAKES_STRIDES gets
+ * anything but zeros: the harness hands the others contiguous tensors. */
+typedef struct {
+    int64_t b, h, n;
+} attn_strides;
 
 typedef struct {
     const void *q, *k, *v; /* [B, H, N, D] 16-bit, device (GPU stage) or host (CPU stage) */
@@ -50,9 +58,14 @@ typedef struct {
     void *stream;          /* cudaStream_t for GPU stages, NULL for the CPU stage */
     int gpus;              /* GPUs a multi-GPU stage spreads the problem over (>= 1); others: 1 */
     /* Backward stages only (pass != ATTN_FORWARD); NULL for the forward ones. */
-    const void *d_o;       /* dO = dLoss/dO, [B, H, N, D] 16-bit */
-    void *dq, *dk, *dv;    /* the gradients of Q, K, V, [B, H, N, D] 16-bit, written by the stage */
+    const void *d_o;         /* dO = dLoss/dO, [B, H, N, D] 16-bit */
+    void *dq, *dk, *dv;      /* the gradients of Q, K, V, [B, H, N, D] 16-bit, written by the stage */
     const attn_trace *trace; /* a stage with `traces` only, and one run of it: the row to follow, or NULL */
+    /* ATTN_TAKES_STRIDES stages only (zeros for the rest): the layouts of Q, K, V and O. */
+    attn_strides q_stride, k_stride, v_stride, o_stride;
+    /* ATTN_TAKES_VARLEN GPU stages: device copies of p->cu_seqlens_q and _k (which the suite keeps on
+     * the host), B + 1 int32 offsets each; NULL without cu_seqlens, and for CPU stages. */
+    const int32_t *cu_seqlens_q_dev, *cu_seqlens_k_dev;
 } attn_args;
 
 /* Which pass a stage computes. A backward stage (11 on) takes Q, K, V, the forward's O and LSE and
@@ -98,8 +111,8 @@ typedef struct {
      * problem over the GPUs of a host through NCCL (built only where NCCL was found). */
     int max_gpus;
     int writes_lse;
-    unsigned dtypes;        /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
-    const char *dims_text;  /* the head dims it takes, for messages and --list: "1..256" */
+    unsigned dtypes;       /* ATTN_DTYPE_BIT(ATTN_F16) | ... */
+    const char *dims_text; /* the head dims it takes, for messages and --list: "1..256" */
     int (*supports_dim)(int64_t D);
     /* Bytes of scratch the stage needs beyond Q, K, V, O and LSE; NULL means none. */
     size_t (*workspace_bytes)(const attn_problem *p);
@@ -118,9 +131,10 @@ typedef struct {
     unsigned takes;
 } attn_stage;
 
-#define ATTN_TAKES_GQA 1u    /* H_kv < H: grouped-query (and multi-query) attention */
-#define ATTN_TAKES_SEQ_K 2u  /* N_k != N, with the causal mask aligned to the bottom right */
-#define ATTN_TAKES_VARLEN 4u /* cu_seqlens_q and cu_seqlens_k */
+#define ATTN_TAKES_GQA 1u     /* H_kv < H: grouped-query (and multi-query) attention */
+#define ATTN_TAKES_SEQ_K 2u   /* N_k != N, with the causal mask aligned to the bottom right */
+#define ATTN_TAKES_VARLEN 4u  /* cu_seqlens_q and cu_seqlens_k */
+#define ATTN_TAKES_STRIDES 8u /* any row-contiguous layout of Q, K, V, O (attn_args' strides) */
 
 /* Why a build has no GPU stages, for the messages that say a stage was not built ("..., and "
  * ATTN_NO_CUDA_WHY): the Makefile leaves them out both when it finds no nvcc and when NO_CUDA=1 asks

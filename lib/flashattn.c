@@ -543,8 +543,13 @@ static attn_status query_stage(const call *c, int backward, const char *want, in
 attn_status attn_forward(const attn_forward_args *a, const char *stage, void *stream) {
     if (a == NULL) return attn_fail(ATTN_EINVAL, "a: must point to the arguments, not NULL");
     const call c = forward_call(a);
-    const attn_args args = {a->q.data, a->k.data, a->v.data, a->o.data, a->lse, NULL, stream,
-                            1,         NULL,      NULL,      NULL,      NULL,   NULL};
+    const attn_args args = {.q = a->q.data,
+                            .k = a->k.data,
+                            .v = a->v.data,
+                            .o = a->o.data,
+                            .lse = a->lse,
+                            .stream = stream,
+                            .gpus = 1};
     return run_call(&c, 0, stage, &args);
 }
 
@@ -552,9 +557,18 @@ attn_status attn_backward(const attn_backward_args *a, const char *stage, void *
     if (a == NULL) return attn_fail(ATTN_EINVAL, "a: must point to the arguments, not NULL");
     const call c = backward_call(a);
     /* attn_args holds o and lse writable because a forward stage writes them; a backward stage only reads */
-    const attn_args args = {a->q.data,    a->k.data,  a->v.data, a->o.data,   (float *)a->lse,
-                            a->workspace, stream,     1,         a->d_o.data, a->dq.data,
-                            a->dk.data,   a->dv.data, NULL};
+    const attn_args args = {.q = a->q.data,
+                            .k = a->k.data,
+                            .v = a->v.data,
+                            .o = a->o.data,
+                            .lse = (float *)a->lse,
+                            .workspace = a->workspace,
+                            .stream = stream,
+                            .gpus = 1,
+                            .d_o = a->d_o.data,
+                            .dq = a->dq.data,
+                            .dk = a->dk.data,
+                            .dv = a->dv.data};
     return run_call(&c, 1, stage, &args);
 }
 

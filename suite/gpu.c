@@ -419,7 +419,9 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     if (st != ATTN_OK) return st;
     set_outputs(s, host, b);
     res->extra_bytes = b->ws_bytes;
-    const attn_args a = {b->q, b->k, b->v, b->o, b->lse, b->ws, (void *)b->stream, opt->gpus, b->d_o, b->dq, b->dk, b->dv, NULL};
+    const attn_args a = {.q = b->q, .k = b->k, .v = b->v, .o = b->o, .lse = b->lse, .workspace = b->ws,
+                         .stream = (void *)b->stream, .gpus = opt->gpus, .d_o = b->d_o, .dq = b->dq,
+                         .dk = b->dk, .dv = b->dv};
     if ((st = first_run(s, &in->p, &a, free_before, res, b)) != ATTN_OK) return st;
     if ((st = timed_runs(s, &in->p, &a, opt, res, b)) != ATTN_OK) return st;
     res->identical = -1;

@@ -365,7 +365,7 @@ static attn_status run_cpu(const attn_stage *s, const attn_inputs *in, const att
 static attn_status run_cpu_forward(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                                    attn_result *res, uint16_t *o, float *lse) {
     const attn_problem *p = &in->p;
-    const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
+    const attn_args a = {.q = in->q, .k = in->k, .v = in->v, .o = o, .lse = lse, .gpus = 1};
     const cpu_outputs out = {{o, lse, NULL},
                              {(size_t)attn_qkv_elems(p) * 2, (size_t)attn_rows(p) * 4, 0},
                              {1, s->writes_lse, 0},
@@ -518,7 +518,8 @@ attn_status attn_run_backward(const attn_stage *s, const attn_inputs *in, const 
         attn_grads mine = {dq, dk, dv};
         st = attn_run_gpu_backward(s, in, opt, res, o, lse, &mine);
     } else if (st == ATTN_OK) {
-        const attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, in->d_o, dq, dk, dv, NULL};
+        const attn_args a = {.q = in->q, .k = in->k, .v = in->v, .o = o, .lse = lse, .gpus = 1,
+                             .d_o = in->d_o, .dq = dq, .dk = dk, .dv = dv};
         const cpu_outputs out = {{dq, dk, dv}, {bytes, bytes, bytes}, {1, 1, 1}, 3};
         st = run_cpu(s, in, opt, res, &a, &out);
     }

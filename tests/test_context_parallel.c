@@ -320,7 +320,7 @@ static void emu_call(ring_emu *e, int r, int qsl, int src, int ksl, const cp_cal
             }
     attn_problem lp = e->p;
     lp.N = n, lp.causal = call->causal;
-    attn_args a = {e->qs_, e->ks_, e->vs_, e->os_, e->ls_, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
+    attn_args a = {.q = e->qs_, .k = e->ks_, .v = e->vs_, .o = e->os_, .lse = e->ls_, .gpus = 1};
     cr_assert_eq(stage01_run(&lp, &a), ATTN_OK, "%s", attn_last_error());
     for (int64_t bh = 0; bh < e->BH; bh++)
         for (int64_t i = call->from; i < call->to; i++) {

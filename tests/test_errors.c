@@ -214,7 +214,7 @@ Test(faults, cpu_models_allocation_failure_exits_1) {
  * failed as ENOMEM, and B = 0 ran no head and returned OK. */
 Test(faults, stage01_bad_shape_is_einval) {
     const attn_problem bad[2] = {attn_problem_make(1, 1, -5, 64, 0), attn_problem_make(0, 1, 16, 64, 0)};
-    const attn_args a = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
+    const attn_args a = {.gpus = 1};
     for (int i = 0; i < 2; i++) {
         attn_clear_error();
         cr_assert_eq(stage01_run(&bad[i], &a), ATTN_EINVAL, "problem %d: %s", i, attn_last_error());

@@ -372,7 +372,7 @@ static void run_stage01(const attn_problem *p, attn_inputs *in, uint16_t **o, fl
     *o = malloc((size_t)attn_qkv_elems(p) * 2);
     *lse = malloc((size_t)attn_rows(p) * 4);
     cr_assert(*o && *lse);
-    attn_args a = {in->q, in->k, in->v, *o, *lse, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
+    attn_args a = {.q = in->q, .k = in->k, .v = in->v, .o = *o, .lse = *lse, .gpus = 1};
     cr_assert_eq(stage01_run(p, &a), ATTN_OK, "%s", attn_last_error());
 }
 
@@ -580,7 +580,7 @@ static int check_all_rows(const attn_inputs *in, const uint16_t *o, const float 
 static void run_cpu_stage(const char *id, const attn_inputs *in, uint16_t *o, float *lse) {
     const attn_stage *s = attn_find_stage(id);
     cr_assert(s && s->run && !s->on_gpu, "stage %s is not a CPU stage of this build", id);
-    attn_args a = {in->q, in->k, in->v, o, lse, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
+    attn_args a = {.q = in->q, .k = in->k, .v = in->v, .o = o, .lse = lse, .gpus = 1};
     cr_assert_eq(s->run(&in->p, &a), ATTN_OK, "stage %s: %s", id, attn_last_error());
 }
 

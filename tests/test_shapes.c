@@ -194,7 +194,7 @@ Test(shapes, only_06m_and_15m_take_gqa_and_seq_k) {
     attn_inputs in;
     cr_assert_eq(attn_inputs_random(&in, &gqa, 3, ATTN_INIT_NORMAL), ATTN_OK);
     uint16_t o[4 * 64 * 64];
-    const attn_args a = {in.q, in.k, in.v, o, NULL, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL};
+    const attn_args a = {.q = in.q, .k = in.k, .v = in.v, .o = o, .gpus = 1};
     static const char *const models[] = {"03m", "04m", "05m"};
     for (int m = 0; m < 3; m++)
         cr_assert_eq(attn_find_stage(models[m])->run(&gqa, &a), ATTN_EUNSUPPORTED, "stage %s ran H_kv 2 of 4",
