@@ -1093,6 +1093,7 @@ Test(cli, save_interrupted_while_writing_leaves_whole_files) {
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1), dup2(null, 2);
+        signal(SIGINT, SIG_DFL); /* started in the background (nohup make check &), SIGINT comes ignored */
         execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "16384", "--seq", "1",
               "--dim", "256", "--save", dir, "--save-inputs", (char *)NULL);
         _exit(127);
@@ -1183,6 +1184,7 @@ Test(cli, save_into_a_locked_directory_stops_at_a_signal_or_gives_up) {
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1), dup2(null, 2);
+        signal(SIGINT, SIG_DFL); /* as above: the test's SIGINT must not find it ignored */
         execl(attn_bin(), attn_bin(), "--stage", "01", "--batch", "1", "--heads", "2", "--seq", "9", "--dim",
               "8", "--save", dir, (char *)NULL);
         _exit(127);
