@@ -67,6 +67,13 @@ static __device__ __forceinline__ void fa2_st_shared_16(uint32_t addr, const uin
                  "r"(r[3])
                  : "memory");
 }
+/* One 16-byte global store (ptr 16-byte aligned). Stage 06 writes O through it: from a strided row
+ * address the compiler cannot prove the alignment of a uint4 store and splits it into four. */
+static __device__ __forceinline__ void fa2_st_global_16(void *ptr, const uint32_t r[4]) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(ptr), "r"(r[0]), "r"(r[1]), "r"(r[2]),
+                 "r"(r[3])
+                 : "memory");
+}
 static __device__ __forceinline__ void fa2_st_shared_4(uint32_t addr, uint32_t x) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
 }

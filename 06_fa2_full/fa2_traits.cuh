@@ -17,13 +17,15 @@ enum {
     FA2_Q_IN_REGISTERS = 4,    /* 06d: Q fragments stay in registers where the budget allows */
     FA2_CP_ASYNC_PIPELINE = 8, /* 06e: the next K/V tile loads while this one is multiplied */
     FA2_FINAL_TILES = 16,      /* 06:  FA2's tiles per head dim (the table below) instead of 64 x 64 */
+    FA2_ANY_SHAPE = 32,        /* 06:  strided Q, K, V, O, H_kv < H, N_k != N, cu_seqlens (issue 56); the
+                                  road's kernels take contiguous [B, H, N, D] with N_k = N only */
 };
 #define FA2_RECIPE_06A 0 /* the first mma.sync kernel: 64 x 64 tiles, P through smem, load then compute */
 #define FA2_RECIPE_06B (FA2_RECIPE_06A | FA2_P_IN_REGISTERS)
 #define FA2_RECIPE_06C (FA2_RECIPE_06B | FA2_SWIZZLE)
 #define FA2_RECIPE_06D (FA2_RECIPE_06C | FA2_Q_IN_REGISTERS)
 #define FA2_RECIPE_06E (FA2_RECIPE_06D | FA2_CP_ASYNC_PIPELINE)
-#define FA2_RECIPE_FINAL (FA2_RECIPE_06E | FA2_FINAL_TILES) /* stage 06 */
+#define FA2_RECIPE_FINAL (FA2_RECIPE_06E | FA2_FINAL_TILES | FA2_ANY_SHAPE) /* stage 06 */
 
 /* How K and V tiles reach shared memory. */
 enum {
@@ -80,6 +82,7 @@ typedef struct {
     int pipeline;   /* FA2_LOAD_THEN_COMPUTE, FA2_PING_PONG, FA2_DOUBLE_BUFFER */
     int kv_buffers; /* K (and V) tiles in shared memory */
     int swizzle, q_in_registers, p_in_registers;
+    int any_shape;    /* FA2_ANY_SHAPE: the layout and lengths come from fa2_params' second part */
     int row_chunks;   /* 16-byte chunks per smem row of a Q, K or V tile */
     int row_bytes;    /* row_chunks * 16 */
     int p_row_chunks; /* of the per-warp P tiles (only without FA2_P_IN_REGISTERS) */
@@ -99,6 +102,7 @@ static __host__ __device__ constexpr fa2_traits fa2_traits_of(int d, int recipe)
     x.q_in_registers =
         (recipe & FA2_Q_IN_REGISTERS) != 0 && t.q_in_registers && fa2_q_fits_in_registers(d, t);
     x.p_in_registers = (recipe & FA2_P_IN_REGISTERS) != 0;
+    x.any_shape = (recipe & FA2_ANY_SHAPE) != 0;
     x.row_chunks = fa2_row_chunks(d, x.swizzle);
     x.row_bytes = 16 * x.row_chunks;
     x.p_row_chunks = t.bcs / 8;
