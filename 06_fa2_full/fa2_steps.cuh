@@ -455,7 +455,7 @@ static __device__ __forceinline__ void fa2_normalise_o(float (*l)[2], float (*in
             x += __shfl_xor_sync(0xffffffffu, x, 1);
             x += __shfl_xor_sync(0xffffffffu, x, 2);
             l[mi][h] = x;
-            inv_l[mi][h] = x > 0.f ? 1.f / x : 0.f; /* key 0 is always visible, so x > 0; guard anyway */
+            inv_l[mi][h] = x > 0.f ? 1.f / x : 0.f; /* 0: a row that sees no key (causal, N > N_k) */
         }
 }
 

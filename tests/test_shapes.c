@@ -170,17 +170,20 @@ Test(shapes, check_fails_the_head_map_h_mod_h_kv) {
     attn_inputs_free(&in), attn_inputs_free(&wrong);
 }
 
-/* Who takes what: 06m GQA, N_k != N and cu_seqlens; every other stage (01-05, their models,
- * the GPU stages) is refused them by attn_stage_supports, with the field named, and the models of
- * 03-05 refuse them even when run directly. */
-Test(shapes, only_06m_and_15m_take_gqa_and_seq_k) {
+/* Who takes what: 06 GQA, N_k != N, cu_seqlens and strides, 06m the first three, 15m GQA and N_k != N;
+ * every other stage (01-05, their models, the road 06a-06e, the other GPU stages) is refused them by
+ * attn_stage_supports, with the field named, and the models of 03-05 refuse them even when run
+ * directly. */
+Test(shapes, only_06_06m_and_15m_take_gqa_and_seq_k) {
     attn_problem gqa = attn_problem_make(1, 4, 64, 64, 1), seq_k = gqa;
     gqa.H_kv = 2;
     seq_k.N_k = 65;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        const int is06m = !strcmp(s->id, "06m"), is15m = !strcmp(s->id, "15m"), takes = is06m || is15m;
-        const unsigned want = is06m   ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
+        const int is06 = !strcmp(s->id, "06"), is06m = !strcmp(s->id, "06m"), is15m = !strcmp(s->id, "15m");
+        const int takes = is06 || is06m || is15m;
+        const unsigned want = is06    ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN | ATTN_TAKES_STRIDES
+                              : is06m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
                               : is15m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K
                                       : 0u;
         cr_assert_eq(s->takes, want, "stage %s takes %#x", s->id, s->takes);
