@@ -1384,7 +1384,8 @@ Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_t
         cr_assert_eq(dir_entries(dir), 0, "'%s' left files in %s", args, dir);
     }
     /* the refusal names the stages that do take them, from the registry */
-    EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2", "the stages that take grouped-query attention: 06, 06m, 15m");
+    EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2",
+                 "the stages that take grouped-query attention: 06, 06m, 15m");
     EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06, 06m, 15m");
     /* and 06m runs them, checked against the reference */
     cr_assert_eq(attn("--stage 06m --kv-heads 2 --heads 6 --seq 37 --seq-k 129 --causal --check"), 0, "%s",
@@ -1441,14 +1442,17 @@ Test(cli, layout_is_parsed_and_refused_by_the_stages_that_take_none) {
         {"--stage 06c --layout bnhd", "--layout bnhd: stage 06c takes contiguous [B, H, N, D] tensors only"},
         {"--stage 13 --layout bnhd", "--layout bnhd: stage 13 takes contiguous"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) EXPECT_USAGE(refused[i][0], refused[i][1]);
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        EXPECT_USAGE(refused[i][0], refused[i][1]);
     /* bhnd is the default, which every stage takes */
     cr_assert_eq(attn("--stage 06m --layout bhnd --batch 1 --heads 2 --seq 40 --check"), 0, "%s", out);
     cr_assert(strstr(out, "\nPASS") && !strstr(out, "layout="), "%s", out);
     const attn_stage *s06 = attn_find_stage("06");
-    if (attn_stage_available(s06) != ATTN_OK) return; /* the GPU half: tests/test_shapes.c runs it at odd shapes */
-    cr_assert_eq(attn("--stage 06 --layout bnhd --batch 2 --heads 6 --kv-heads 2 --seq 77 --seq-k 300 --causal "
-                      "--check"),
-                 0, "%s", out);
+    if (attn_stage_available(s06) != ATTN_OK)
+        return; /* the GPU half: tests/test_shapes.c runs it at odd shapes */
+    cr_assert_eq(
+        attn("--stage 06 --layout bnhd --batch 2 --heads 6 --kv-heads 2 --seq 77 --seq-k 300 --causal "
+             "--check"),
+        0, "%s", out);
     cr_assert(strstr(out, "layout=bnhd") && strstr(out, "\nPASS"), "%s", out);
 }
