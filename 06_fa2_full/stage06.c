@@ -46,25 +46,33 @@ static const char *const stride_name[4][3] = {{"q.stride_b", "q.stride_h", "q.st
 
 attn_status stage06_check_layout(const attn_problem *p, const attn_strides *const s[4]) {
     for (int t = 0; t < 4; t++) {
+        const int kv = t == 1 || t == 2;
         const int64_t x[3] = {s[t]->b, s[t]->h, s[t]->n};
-        const int given = x[0] || x[1] || x[2];
-        if (!given && p->cu_seqlens_q)
+        /* the size of the dim each stride steps over: a stride over one element (or over packed
+         * sequences' batch) is never multiplied by anything but 0 and is not looked at */
+        const int64_t size[3] = {p->cu_seqlens_q ? 1 : p->B, kv ? p->H_kv : p->H,
+                                 p->cu_seqlens_q ? 2
+                                 : kv            ? p->N_k
+                                                 : p->N};
+        if (!(x[0] || x[1] || x[2])) {
+            if (!p->cu_seqlens_q) continue; /* contiguous [B, heads, rows, D] */
             return attn_fail(ATTN_EUNSUPPORTED,
                              "%c: with cu_seqlens stage 06 needs the packed tensor's strides (stride_h and "
                              "stride_n; [total, heads, D] is stride_h D, stride_n heads*D): the contiguous "
                              "head stride would be total * D, and the total lives on the device",
                              "qkvo"[t]);
+        }
         for (int d = 0; d < 3; d++) {
             if (x[d] < 0)
                 return attn_fail(ATTN_EINVAL, "%s: must be at least 0 (got %lld)", stride_name[t][d],
                                  (long long)x[d]);
-            if (x[d] % 8) /* cp.async and the O stores move 16 bytes, 8 elements, from 16-byte boundaries */
+            if (size[d] > 1 && x[d] % 8) /* cp.async and the O stores move 16 bytes from 16-byte boundaries */
                 return attn_fail(ATTN_EUNSUPPORTED,
                                  "%s: stage 06 moves rows 16 bytes at a time: strides must be multiples of 8 "
                                  "elements (got %lld)",
                                  stride_name[t][d], (long long)x[d]);
         }
-        if (x[2] > INT32_MAX) /* the kernel's row stride is an int (fa2_stride) */
+        if (size[2] > 1 && x[2] > INT32_MAX) /* the kernel's row stride is an int (fa2_stride) */
             return attn_fail(ATTN_EUNSUPPORTED,
                              "%s: stage 06 takes row strides up to 2^31 - 1 elements (got %lld)",
                              stride_name[t][2], (long long)x[2]);
@@ -77,8 +85,8 @@ attn_status stage06_check_layout(const attn_problem *p, const attn_strides *cons
  * cu_seqlens, whose contiguous head stride needs the total on the device). */
 static fa2_stride resolve(const attn_strides *s, int64_t heads, int64_t rows, int64_t D) {
     fa2_stride r;
-    if (s->b || s->h || s->n)
-        r.b = s->b, r.h = s->h, r.n = (int)s->n;
+    if (s->b || s->h || s->n) /* a row stride past 2^31 only where no row but 0 is read (one row) */
+        r.b = s->b, r.h = s->h, r.n = s->n > INT32_MAX ? 0 : (int)s->n;
     else
         r.b = heads * rows * D, r.h = rows * D, r.n = (int)D;
     return r;
