@@ -52,14 +52,19 @@ typedef struct {
  * at 192 + 64 = 256 ptxas spills), so at D = 128 it is re-read by ldmatrix per key tile, as FA2 does.
  * D <= 64 loads 128-key tiles (half the barriers per key) but runs the softmax 64 keys at a time. D = 256
  * uses the ping-pong: 64 KB Q + 2 x 32 KB = 128 KB fit the 163 KB of an A100; double buffers need 192.
+ * D = 80 and 192 (issue 56) take the tiles of the next dim up, 96 and 256: their smem rows are padded
+ * to 16 and 32 chunks (fa2_row_chunks), so they cost that dim's shared memory and occupancy, while
+ * their products and registers are their own (D/16 = 5 and 12 k-slices; O 80 and 96 floats a lane).
  */
 static __host__ __device__ constexpr fa2_tiles fa2_final_tiles(int d) {
     // clang-format off
     /*                         Br,  Bc, Bcs, warps, K/V loads,         Q regs      smem  blocks/SM */
     return d ==  32 ? fa2_tiles{128, 128,  64,     4, FA2_DOUBLE_BUFFER, 1} /*  41 KB  2 (registers) */
          : d ==  64 ? fa2_tiles{128, 128,  64,     4, FA2_DOUBLE_BUFFER, 1} /*  81 KB  2 */
+         : d ==  80 ? fa2_tiles{128,  64,  64,     4, FA2_DOUBLE_BUFFER, 0} /*  97 KB  2 (rows padded to 128) */
          : d ==  96 ? fa2_tiles{128,  64,  64,     4, FA2_DOUBLE_BUFFER, 0} /*  97 KB  2 (rows padded to 128) */
          : d == 128 ? fa2_tiles{128,  64,  64,     4, FA2_DOUBLE_BUFFER, 0} /*  97 KB  2 */
+         : d == 192 ? fa2_tiles{128,  64,  64,     8, FA2_PING_PONG,     1} /* 129 KB  1 (rows padded to 256) */
          : d == 256 ? fa2_tiles{128,  64,  64,     8, FA2_PING_PONG,     0} /* 129 KB  1 */
          : fa2_tiles{0, 0, 0, 0, 0, 0};
     // clang-format on
@@ -114,9 +119,12 @@ static __host__ __device__ constexpr fa2_traits fa2_traits_of(int d, int recipe)
 /* The table says what the rule says. */
 static_assert(fa2_final_tiles(32).q_in_registers == fa2_q_fits_in_registers(32, fa2_final_tiles(32)), "D=32");
 static_assert(fa2_final_tiles(64).q_in_registers == fa2_q_fits_in_registers(64, fa2_final_tiles(64)), "D=64");
+static_assert(fa2_final_tiles(80).q_in_registers == fa2_q_fits_in_registers(80, fa2_final_tiles(80)), "D=80");
 static_assert(fa2_final_tiles(96).q_in_registers == fa2_q_fits_in_registers(96, fa2_final_tiles(96)), "D=96");
 static_assert(fa2_final_tiles(128).q_in_registers == fa2_q_fits_in_registers(128, fa2_final_tiles(128)),
               "128");
+static_assert(fa2_final_tiles(192).q_in_registers == fa2_q_fits_in_registers(192, fa2_final_tiles(192)),
+              "192");
 static_assert(fa2_final_tiles(256).q_in_registers == fa2_q_fits_in_registers(256, fa2_final_tiles(256)),
               "256");
 

@@ -13,7 +13,9 @@
 #include "fa2_internal.h"
 #endif
 
-int stage06_supports_dim(int64_t D) { return D == 32 || D == 64 || D == 96 || D == 128 || D == 256; }
+int stage06_supports_dim(int64_t D) {
+    return D == 32 || D == 64 || D == 80 || D == 96 || D == 128 || D == 192 || D == 256;
+}
 int stage06_road_supports_dim(int64_t D) { return D == 64 || D == 128; }
 
 /* The grid holds B*H heads over y and z, 65535 each. */

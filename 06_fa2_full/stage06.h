@@ -15,8 +15,9 @@
 extern "C" {
 #endif
 
-#define STAGE06_DIMS_TEXT "32, 64, 96, 128, 256"
-/* 1 for head dims 32, 64, 96, 128, 256. Always built (no CUDA needed). */
+#define STAGE06_DIMS_TEXT "32, 64, 80, 96, 128, 192, 256"
+/* 1 for head dims 32, 64, 80, 96, 128, 192, 256 (fa2_final_tiles has a tile shape for each). Always
+ * built (no CUDA needed). */
 int stage06_supports_dim(int64_t D);
 /* Stage 06's own limits, before any CUDA call: the head dim, N and N_k <= 2^30, B*H <= 65535^2 (grid.y
  * x grid.z), fp16 or bf16. ATTN_EUNSUPPORTED naming the field and the value; p's sizes are >= 1 and

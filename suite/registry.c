@@ -246,7 +246,7 @@ const attn_stage attn_stages[] = {
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
-const int attn_test_dims[] = {1, 3, 32, 64, 80, 96, 128, 256};
+const int attn_test_dims[] = {1, 3, 32, 64, 80, 96, 128, 192, 256};
 const int attn_num_test_dims = (int)(sizeof attn_test_dims / sizeof attn_test_dims[0]);
 
 int attn_built_with_cuda(void) {

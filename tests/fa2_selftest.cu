@@ -189,8 +189,10 @@ template <int RECIPE> static int fa2_ldmatrix_dims(int d, char *msg, size_t cap)
     switch (d) {
     case 32: return fa2_ldmatrix_case<32, RECIPE>(msg, cap);
     case 64: return fa2_ldmatrix_case<64, RECIPE>(msg, cap);
+    case 80: return fa2_ldmatrix_case<80, RECIPE>(msg, cap);
     case 96: return fa2_ldmatrix_case<96, RECIPE>(msg, cap);
     case 128: return fa2_ldmatrix_case<128, RECIPE>(msg, cap);
+    case 192: return fa2_ldmatrix_case<192, RECIPE>(msg, cap);
     case 256: return fa2_ldmatrix_case<256, RECIPE>(msg, cap);
     }
     snprintf(msg, cap, "no such head dim: %d", d);

@@ -296,8 +296,9 @@ Test(flashattn, a_named_stage_refuses_what_it_does_not_take) {
     a = fwd_args(1, 32, 1024, 64);
     a.o.stride_b = 3, a.o.stride_h = 1024 * 64, a.o.stride_n = 64; /* B = 1: stride_b is never used */
     EXPECT_PAST(attn_forward(&a, "06", NULL), "o");
+    a = fwd_args(1, 32, 2, 64); /* two rows 2^31 elements apart: 8 GiB, at addresses 2^40 apart */
+    a.q.data = FAR(1), a.k.data = FAR(2), a.v.data = FAR(3), a.o.data = FAR(4), a.lse = (float *)FAR(5);
     a.v.stride_h = 64, a.v.stride_n = (int64_t)1 << 31;
-    a.v.data = FAR(3), a.o.data = FAR(4);
     EXPECT_REFUSAL(attn_forward(&a, "06", NULL), ATTN_EUNSUPPORTED,
                    "v.stride_n: stage 06 takes row strides up to 2^31 - 1 elements (got 2147483648)");
     a = fwd_args(4, 32, 1024, 64);
@@ -314,8 +315,8 @@ Test(flashattn, a_named_stage_refuses_what_it_does_not_take) {
     EXPECT_REFUSAL(WITH("09", lse, NULL), ATTN_EUNSUPPORTED,
                    "lse: stage 09 always writes the LSE: must not be NULL");
     EXPECT_REFUSAL(WITH("07", p.D, 32), ATTN_EUNSUPPORTED, "D: head dim must be 64, 128 or 256 (got 32)");
-    EXPECT_REFUSAL(WITH("06", p.D, 80), ATTN_EUNSUPPORTED,
-                   "D: stage 06 takes head dims 32, 64, 96, 128, 256 (got 80)");
+    EXPECT_REFUSAL(WITH("06", p.D, 72), ATTN_EUNSUPPORTED,
+                   "D: stage 06 takes head dims 32, 64, 80, 96, 128, 192, 256 (got 72)");
     a = fwd_args(1, 1, (int64_t)1 << 30, 64);
     a.q.data = FAR(1), a.k.data = FAR(2), a.v.data = FAR(3), a.o.data = FAR(4), a.lse = (float *)FAR(5);
     EXPECT_PAST(attn_forward(&a, "06", NULL), "N:");
@@ -385,6 +386,8 @@ Test(flashattn, the_choice_follows_the_gpu) {
     cr_assert_str_eq(forward_stage_on("90", 64, 1), "09");
     cr_assert_str_eq(forward_stage_on("90", 256, 1), "09");
     cr_assert_str_eq(forward_stage_on("90", 96, 1), "06", "09 lacks D = 96");
+    cr_assert_str_eq(forward_stage_on("90", 80, 1), "06", "09 lacks D = 80");
+    cr_assert_str_eq(forward_stage_on("90", 192, 1), "06", "09 lacks D = 192");
     cr_assert_str_eq(forward_stage_on("90", 64, 0), "06", "09 always writes the LSE");
     cr_assert_str_eq(forward_stage_on("80", 64, 1), "06");
     cr_assert_str_eq(forward_stage_on("120", 128, 1), "06", "sm_90a code runs on sm_90 alone");
@@ -408,7 +411,7 @@ Test(flashattn, the_choice_follows_the_gpu) {
     cr_assert_eq(attn_forward_stage(&g, NULL, &gid), ATTN_OK, "%s", attn_last_error());
     cr_assert_str_eq(gid, "06", "09 takes contiguous tensors only");
     /* no stage takes it: the last one tried says why */
-    cr_assert_null(forward_stage_on("90", 80, 1));
+    cr_assert_null(forward_stage_on("90", 72, 1));
     cr_assert(strstr(attn_last_error(), "D: stage 06 takes head dims"), "%s", attn_last_error());
     setenv("ATTN_FAKE_SM", "90", 1);
     attn_backward_args b = bwd_args(2, 4, 100, 64);
@@ -700,11 +703,11 @@ Test(flashattn, first_calls_from_many_threads_at_once) {
 Test(flashattn, every_stage_is_right) {
     SKIP_WITHOUT_GPU();
     static const char *const stages[5] = {"06", "07", "08", "09", NULL};
-    static const int64_t dims[5] = {32, 64, 96, 128, 256};
+    static const int64_t dims[7] = {32, 64, 80, 96, 128, 192, 256};
     for (int i = 0; i < 5; i++) {
         const attn_stage *s = stages[i] ? attn_find_stage(stages[i]) : NULL;
         if (s && attn_stage_available(s) != ATTN_OK) continue; /* 07-09 on another GPU than sm_90 */
-        for (int d = 0; d < 5; d++)
+        for (int d = 0; d < 7; d++)
             for (int causal = 0; causal <= 1; causal++) {
                 if (s && !s->supports_dim(dims[d])) continue;
                 char why[256] = "";

@@ -29,7 +29,7 @@ static uint64_t next_random(uint64_t *x) {
 /* One random problem: H 1..8 and a divisor of it, N and N_k 1..300 (the first cases N > N_k and
  * N < N_k by far, then any), a head dim of stage 06, causal or not, fp16 or bf16. */
 static attn_problem random_problem(uint64_t *x, int k) {
-    static const int dims[] = {32, 64, 96, 128, 256};
+    static const int dims[] = {32, 64, 80, 96, 128, 192, 256};
     const int64_t H = 1 + (int64_t)(next_random(x) % 8);
     int64_t H_kv = 1 + (int64_t)(next_random(x) % (uint64_t)H);
     while (H % H_kv) H_kv--;
@@ -37,7 +37,7 @@ static attn_problem random_problem(uint64_t *x, int k) {
     if (k == 0) N = 300, N_k = 37;  /* most rows see no key when causal */
     if (k == 1) N = 37, N_k = 299;  /* every row sees the keys of a long prefix */
     attn_problem p = attn_problem_make(1 + (int64_t)(next_random(x) % 2), H, N,
-                                       dims[next_random(x) % 5], k < 2 ? 1 : (int)(next_random(x) % 2));
+                                       dims[next_random(x) % 7], k < 2 ? 1 : (int)(next_random(x) % 2));
     p.H_kv = H_kv, p.N_k = N_k;
     p.dtype = next_random(x) % 2 ? ATTN_BF16 : ATTN_F16;
     return p;
@@ -325,6 +325,9 @@ Test(shapes, fa2_gpu_matches_reference_at_odd_shapes) {
         {6, 2, 129, 129, 96, 1, ATTN_F16, 0, {0}, {0}},
         {4, 2, 100, 333, 32, 1, ATTN_BF16, 0, {0}, {0}},
         {4, 1, 333, 100, 256, 1, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 77, 300, 80, 1, ATTN_BF16, 0, {0}, {0}},
+        {4, 4, 300, 77, 192, 0, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 0, 0, 192, 1, ATTN_F16, 4, {1, 17, 129, 1000}, {300, 1, 129, 77}},
         {6, 2, 0, 0, 64, 1, ATTN_F16, 4, {1, 17, 129, 1000}, {1, 17, 129, 1000}},
         {6, 2, 0, 0, 128, 0, ATTN_BF16, 4, {1, 17, 129, 1000}, {1, 17, 129, 1000}},
         {8, 1, 0, 0, 64, 1, ATTN_BF16, 4, {1, 17, 129, 1000}, {300, 1, 129, 77}},
