@@ -7,10 +7,12 @@
  *   1. the arguments alone, no CUDA call (check_call): no NULL pointer, sizes >= 1, the flags 0 or 1,
  *      the scale and dtype, H_kv dividing H, D at most ATTN_MAX_D, cu_seqlens both or neither, no
  *      negative stride, alignment, every tensor's span within 64 bits, no output sharing a byte with
- *      an input or another output;
+ *      an input or another output (with cu_seqlens, whose total is on the device: the spans bounded
+ *      by B * N rows, the overlap judged on each tensor's first row of every head);
  *   2. the stage: a named one's own limits (its head dims, N, B*H), what it takes of the problem's
- *      extensions (H_kv != H, N_k != N, cu_seqlens, strides) and of the call (an LSE, determinism, the
- *      workspace), then the GPU it needs; with no name, the first stage of the list that this GPU
+ *      extensions (H_kv != H, N_k != N, cu_seqlens, strides) and of the call (an LSE, determinism),
+ *      its own rules for strides (stage 06: stage06_check_layout), the workspace, then the GPU it
+ *      needs; with no name, the first stage of the list that this GPU
  *      runs and that takes the problem (the refusal of the last one tried when none does);
  *   3. the runtime: every pointer memory of the current device; for a stage that reads
  *      cudaGetLastError() after its launches, no error pending from an earlier call;
