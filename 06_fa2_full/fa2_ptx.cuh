@@ -67,6 +67,15 @@ static __device__ __forceinline__ void fa2_st_shared_16(uint32_t addr, const uin
                  "r"(r[3])
                  : "memory");
 }
+/* a * b as a 64-bit number, one IMAD.WIDE (mul.wide.s32). Written as (int64_t)a * b, the compiler
+ * multiplies in 64 bits (three IMAD and a shift) wherever b was widened in another block, as stage
+ * 06's runtime row strides are: that cost 300 instructions a block at D = 128. */
+static __device__ __forceinline__ int64_t fa2_mul_wide(int a, int b) {
+    int64_t r;
+    asm("mul.wide.s32 %0, %1, %2;" : "=l"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 /* One 16-byte global store (ptr 16-byte aligned). Stage 06 writes O through it: from a strided row
  * address the compiler cannot prove the alignment of a uint4 store and splits it into four. */
 static __device__ __forceinline__ void fa2_st_global_16(void *ptr, const uint32_t r[4]) {

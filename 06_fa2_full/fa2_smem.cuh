@@ -94,7 +94,15 @@ template <int D, int RECIPE> static __device__ __forceinline__ fa2_copy fa2_copy
  * stage 06's rows may lie up to 2^31 elements apart, and r * ld is one IMAD.WIDE. */
 template <int D, int RECIPE> static __device__ __forceinline__ int64_t fa2_row_offset(int r, int ld) {
     if (!fa2_traits_of(D, RECIPE).any_shape) return r * D;
-    return (int64_t)r * ld;
+    return fa2_mul_wide(r, ld);
+}
+
+/* Element offset of n groups of `per` rows, rows ld apart, n * per up to 2^30: the road's
+ * (int64_t)n * per * D as it was written (its ld is D), stage 06's one IMAD.WIDE. */
+template <int D, int RECIPE>
+static __device__ __forceinline__ int64_t fa2_rows_offset(int n, int per, int ld) {
+    if (!fa2_traits_of(D, RECIPE).any_shape) return (int64_t)n * per * D;
+    return fa2_mul_wide(n * per, ld);
 }
 
 /* smem offset of a thread's i-th chunk of a tile */

@@ -116,8 +116,9 @@ template <int D, int RECIPE>
 static __device__ __forceinline__ void fa2_load_q_tile(const fa2_params *p, const fa2_block *blk,
                                                        const fa2_copy *cpy) {
     constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
-    fa2_copy_tile<T.br, D, RECIPE, 1>(blk->smem, blk->q.row0 + (int64_t)blk->q0 * blk->q.ld, blk->q.ld,
-                                      blk->n - blk->q0, cpy);
+    fa2_copy_tile<T.br, D, RECIPE, 1>(blk->smem,
+                                      blk->q.row0 + fa2_rows_offset<D, RECIPE>(blk->q0, 1, blk->q.ld),
+                                      blk->q.ld, blk->n - blk->q0, cpy);
     fa2_cp_async_commit();
 }
 
@@ -162,8 +163,8 @@ static __device__ __forceinline__ void fa2_load_first_kv_tile(const fa2_params *
                                                               int j0, const fa2_copy *cpy) {
     constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
     const uint32_t sk = fa2_k_buffer<D, RECIPE>(blk, 0), sv = fa2_v_buffer<D, RECIPE>(blk, 0);
-    const uint16_t *k = blk->k.row0 + (int64_t)j0 * T.bc * blk->k.ld,
-                   *v = blk->v.row0 + (int64_t)j0 * T.bc * blk->v.ld;
+    const uint16_t *k = blk->k.row0 + fa2_rows_offset<D, RECIPE>(j0, T.bc, blk->k.ld),
+                   *v = blk->v.row0 + fa2_rows_offset<D, RECIPE>(j0, T.bc, blk->v.ld);
     const int rows = blk->n_k - j0 * T.bc;
     if (T.pipeline == FA2_PING_PONG) {
         fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, blk->k.ld, rows, cpy);
@@ -486,8 +487,9 @@ static __device__ __forceinline__ void fa2_store_o(const fa2_params *p, const fa
     const int cc = lane % CHUNKS, row0 = warp * T.slices * 16 + lane / CHUNKS, ld = blk->o.ld;
     /* the road's contiguous O keeps the expression and the store it was measured with: from o.row0 the
      * compiler loses the alignment of a uint4 store and splits it into four (fa2_st_global_16) */
-    uint16_t *go = T.any_shape ? (uint16_t *)blk->o.row0 + (int64_t)(blk->q0 + row0) * ld + cc * 8
-                               : p->o + (blk->head_rows + blk->q0 + row0) * D + cc * 8;
+    uint16_t *go = T.any_shape
+                       ? (uint16_t *)blk->o.row0 + fa2_rows_offset<D, RECIPE>(blk->q0 + row0, 1, ld) + cc * 8
+                       : p->o + (blk->head_rows + blk->q0 + row0) * D + cc * 8;
     if (D / 8 == CHUNKS || cc < D / 8) {
 #pragma unroll
         for (int i = 0; i < T.slices * 16 / ROWS_PER_STEP; ++i) {
@@ -495,8 +497,9 @@ static __device__ __forceinline__ void fa2_store_o(const fa2_params *p, const fa
             uint32_t x[4];
             fa2_ld_shared_16(x, blk->smem + (uint32_t)FA2_CHUNK_OFFSET(T.row_chunks, T.swizzle, row, cc));
             if (blk->q0 + row < blk->n && T.any_shape) {
-                fa2_st_global_16(go + (int64_t)i * ROWS_PER_STEP * ld, x); /* strides: multiples of 8 */
-            } else if (blk->q0 + row < blk->n) {                           /* the road */
+                fa2_st_global_16(go + fa2_rows_offset<D, RECIPE>(i, ROWS_PER_STEP, ld),
+                                 x);             /* strides: multiples of 8 */
+            } else if (blk->q0 + row < blk->n) { /* the road */
                 uint4 v4;
                 v4.x = x[0];
                 v4.y = x[1];
