@@ -59,7 +59,8 @@ typedef struct {
 
 typedef struct {
     const attn_problem *p;
-    operand op[MAX_OPERANDS]; /* the inputs first, then the outputs */
+    operand op[MAX_OPERANDS]; /* the tensors and spans, inputs first, then the outputs, then (a forward)
+                                 cu_seqlens_q and _k: op[0..4] are q, k, v, o, lse wherever read by index */
     int n;
     int deterministic; /* the backward's flag (the forward has none: 0) */
     int forward;
@@ -89,6 +90,11 @@ static uint64_t lse_bytes(const attn_problem *p) {
     return rows < 0 || rows > INT64_MAX / 4 ? 0 : (uint64_t)rows * 4;
 }
 
+/* The LSE's bytes for the overlap check: all of them, or with cu_seqlens (the LSE [H, total_q], the
+ * total on the device) its first float, what it certainly covers (the overflow check bounds it by
+ * lse_bytes all the same). */
+static uint64_t lse_span(const attn_problem *p) { return p->cu_seqlens_q ? 4 : lse_bytes(p); }
+
 static call forward_call(const attn_forward_args *a) {
     const attn_problem *p = &a->p;
     call c = {p, {{0}}, 0, 0, 1};
@@ -96,7 +102,11 @@ static call forward_call(const attn_forward_args *a) {
     add_tensor(&c, "k", &a->k, p->H_kv, p->N_k, 0);
     add_tensor(&c, "v", &a->v, p->H_kv, p->N_k, 0);
     add_tensor(&c, "o", &a->o, p->H, p->N, 1);
-    add_span(&c, "lse", a->lse, lse_bytes(p), 4, 1, 1);
+    add_span(&c, "lse", a->lse, lse_span(p), 4, 1, 1);
+    /* read by the kernel: device memory of the current device, sharing no byte with an output */
+    const uint64_t cu_bytes = p->B >= 1 && p->B < INT64_MAX / 4 ? (uint64_t)(p->B + 1) * 4 : 0;
+    add_span(&c, "cu_seqlens_q", p->cu_seqlens_q, cu_bytes, 4, 0, 1);
+    add_span(&c, "cu_seqlens_k", p->cu_seqlens_k, cu_bytes, 4, 0, 1);
     return c;
 }
 
@@ -107,7 +117,7 @@ static call backward_call(const attn_backward_args *a) {
     add_tensor(&c, "k", &a->k, p->H_kv, p->N_k, 0);
     add_tensor(&c, "v", &a->v, p->H_kv, p->N_k, 0);
     add_tensor(&c, "o", &a->o, p->H, p->N, 0);
-    add_span(&c, "lse", a->lse, lse_bytes(p), 4, 0, 0);
+    add_span(&c, "lse", a->lse, lse_span(p), 4, 0, 0);
     add_tensor(&c, "d_o", &a->d_o, p->H, p->N, 0);
     add_tensor(&c, "dq", &a->dq, p->H, p->N, 1);
     add_tensor(&c, "dk", &a->dk, p->H_kv, p->N_k, 1);
@@ -242,11 +252,11 @@ static attn_status check_alignment(const call *c) {
 }
 
 /* The bytes an operand certainly covers, for the overlap check. With cu_seqlens the packed row count is
- * on the device: a tensor covers at least its first row of every head, the LSE its first float (a span
- * from the bound B * N would refuse an O allocated right after a Q of fewer rows). */
+ * on the device: a tensor covers at least its first row of every head (a span from the bound B * N would
+ * refuse an O allocated right after a Q of fewer rows), the LSE its first float (lse_span). */
 static uint64_t span_of(const call *c, const operand *x) {
-    if (!c->p->cu_seqlens_q) return x->t ? tensor_bytes(c->p, x) : x->bytes;
-    if (!x->t) return x->bytes < 4 ? x->bytes : 4;
+    if (!x->t) return x->bytes;
+    if (!c->p->cu_seqlens_q) return tensor_bytes(c->p, x);
     const int64_t stride_h = x->t->stride_h ? x->t->stride_h : x->rows * c->p->D;
     const int64_t elems = mul_add(x->heads - 1, stride_h, c->p->D);
     return elems < 0 || elems > INT64_MAX / 2 ? tensor_bytes(c->p, x) : (uint64_t)elems * 2;
@@ -260,9 +270,10 @@ static attn_status check_overlap(const call *c) {
         const operand *out = &c->op[x];
         if (!out->output || out->data == NULL) continue;
         const uintptr_t a = (uintptr_t)out->data, na = span_of(c, out);
-        for (int y = 0; y < x; y++) {
+        for (int y = 0; y < c->n; y++) {
             const operand *in = &c->op[y];
-            if (in->data == NULL) continue;
+            /* every input (the forward's cu_seqlens come after the outputs), and the outputs before x */
+            if (in->data == NULL || y == x || (in->output && y > x)) continue;
             const uintptr_t b = (uintptr_t)in->data, nb = span_of(c, in);
             /* [a, a + na) and [b, b + nb) meet; written without a + na, which may wrap */
             if ((a >= b ? a - b < nb : b - a < na))

@@ -165,6 +165,18 @@ Test(flashattn, refuses_outputs_that_overlap) {
     a.o.data = base + 3 * bytes, a.o.stride_b = N * 4 * D, a.o.stride_h = D, a.o.stride_n = 4 * D;
     a.q.data = base + 3 * bytes + 2 * D * 2, a.q.stride_b = N * 4 * D, a.q.stride_h = D, a.q.stride_n = 4 * D;
     EXPECT_REFUSAL(attn_forward(&a, NULL, NULL), ATTN_EINVAL, "o and q");
+    /* the kernel reads cu_seqlens while it writes O and LSE: no output may share their bytes; with them the
+     * packed total is on the device, so O is judged on its first row of every head, the LSE on its first
+     * float, and an O right after a Q of fewer rows than B * N is taken */
+    a = fwd_args(3, 2, N, D);
+    a.q.stride_h = a.k.stride_h = a.v.stride_h = a.o.stride_h = D; /* [total, H, D] */
+    a.q.stride_n = a.k.stride_n = a.v.stride_n = a.o.stride_n = 2 * D;
+    a.p.cu_seqlens_q = (const int32_t *)((char *)a.o.data + 2 * D * 2 - 8),
+    a.p.cu_seqlens_k = a.p.cu_seqlens_q;
+    EXPECT_REFUSAL(attn_forward(&a, NULL, NULL), ATTN_EINVAL, "o and cu_seqlens_q: an output must not share");
+    a.p.cu_seqlens_q = a.p.cu_seqlens_k = (const int32_t *)FAKE(6);
+    a.o.data = (char *)a.q.data + 2 * D * 2 * N; /* right after N rows of Q: fewer than B * N = 3N */
+    EXPECT_PAST(attn_forward(&a, NULL, NULL), "o and");
 }
 
 /* The backward's ten pointers go through the same check, in the same words. */
