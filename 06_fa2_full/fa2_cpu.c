@@ -5,7 +5,7 @@
  * fast (tensor cores, ldmatrix, cp.async, the swizzle: none of them changes a number). Versus
  * causal_bands_cpu.c:
  *   1. FA2's work split. A row tile of Br = 128 query rows is cut into warp slices of 16 MT rows
- *      (4 warps of 32 rows; 8 warps of 16 at D = 256). Each slice is a row block of its own, with
+ *      (4 warps of 32 rows; 8 warps of 16 at D >= 192). Each slice is a row block of its own, with
  *      its own m, l and O and its own walk over the key tiles; no value passes between slices, so
  *      no reduction across warps and no barrier for the softmax. The kernel runs the warps side by
  *      side over one K/V tile in shared memory; the model runs the slices one after the other,
@@ -29,7 +29,7 @@
  *      LSE = -inf, the contract's rule (common/attn.h). With cu_seqlens each sequence is a head of
  *      its own lengths, N and N_k in prm, packed as common/attn.h says (cpu_tiles_head).
  *
- * Limits: fp16 or bf16, head dim 32, 64, 96, 128 or 256 (those of stage 06); any N, N_k >= 1, any
+ * Limits: fp16 or bf16, head dims 32, 64, 80, 96, 128, 192, 256 (stage 06's); any N, N_k >= 1, any
  *         H_kv dividing H; cu_seqlens.
  * Run:    build/attn --stage 06m --batch 1 --heads 4 --seq 512 --dim 64 --causal --check
  *         (build/nocuda/attn after make NO_CUDA=1, or where make finds no nvcc)
@@ -45,7 +45,7 @@
 
 /* fa2_final_tiles (fa2_traits.cuh): keys per K/V tile and warps per block, by head dim */
 static int fa2c_bc(int D) { return D <= 64 ? 128 : 64; }
-static int fa2c_warps(int D) { return D == 256 ? 8 : 4; }
+static int fa2c_warps(int D) { return D >= 192 ? 8 : 4; }
 
 static float round16(float x, attn_dtype t) { return attn_to_f32(attn_from_f32(x, t), t); }
 
@@ -119,8 +119,8 @@ static void fa2_cpu_row_block(const cpu_tile_params *prm, int mb, cpu_tile_scrat
 }
 
 attn_status stage06m_run(const attn_problem *p, const attn_args *a) {
-    if (p->D != 32 && p->D != 64 && p->D != 96 && p->D != 128 && p->D != 256)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports head dim 32, 64, 96, 128, 256 (got %lld)",
+    if (!stage06_supports_dim(p->D))
+        return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports head dim " STAGE06_DIMS_TEXT " (got %lld)",
                          (long long)p->D);
     if (p->dtype != ATTN_F16 && p->dtype != ATTN_BF16)
         return attn_fail(ATTN_EUNSUPPORTED, "stage " ID " supports dtype fp16, bf16 (got %s)",

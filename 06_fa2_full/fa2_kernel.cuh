@@ -68,6 +68,50 @@ static __device__ __forceinline__ void fa2_key_tile(const fa2_params *p, const f
     }
 }
 
+/* Where block bh's rows live, into blk; 0 when the block has none (its row tile starts past its
+ * sequence's end: the grid covers the longest). The one address computation of Q, K, V and O: a
+ * tensor's row 0 for this head, b * stride_b + h * stride_h (+ the sequence's first row * stride_n),
+ * and its row stride; contiguous [B, H, N, D] is the case stride_h = N * D, stride_n = D.
+ *   the road     contiguous, H_kv = H, N_k = N: row0 = bh * N * D, ld = D (constants fold as before)
+ *   stage 06     b = bh / H, h = bh % H (one 32-bit division a block: bh < 65535^2 < 2^32); K and V
+ *                of head h / (H / H_kv); with cu_seqlens, sequence b is rows cu[b] .. cu[b+1] - 1 and
+ *                the LSE is [H, total_q], total_q = cu_q[B]. */
+template <int D, int CAUSAL, int RECIPE>
+static __device__ __forceinline__ int fa2_block_setup(const fa2_params *p, int64_t bh, int row_tile,
+                                                      fa2_block *blk) {
+    constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
+    if (!T.any_shape) {
+        const int64_t head = bh * p->n * D;
+        blk->head_rows = bh * p->n;
+        blk->q = fa2_rows{p->q + head, D}, blk->k = fa2_rows{p->k + head, D};
+        blk->v = fa2_rows{p->v + head, D}, blk->o = fa2_rows{p->o + head, D};
+        blk->q0 = row_tile * T.br;
+        blk->n = blk->n_k = p->n;
+        blk->off = 0;
+        return 1;
+    }
+    blk->q0 = row_tile * T.br;
+    const uint32_t b = (uint32_t)bh / (uint32_t)p->h, h = (uint32_t)bh - b * (uint32_t)p->h;
+    const uint32_t hk = h / (uint32_t)p->group;
+    int64_t q_first = 0, k_first = 0; /* the sequence's first query row and key row */
+    if (p->cu_q != NULL) {
+        q_first = p->cu_q[b], k_first = p->cu_k[b];
+        blk->n = p->cu_q[b + 1] - (int)q_first, blk->n_k = p->cu_k[b + 1] - (int)k_first;
+        blk->head_rows = (int64_t)h * p->cu_q[p->batch] + q_first;
+    } else {
+        blk->n = p->n, blk->n_k = p->n_k;
+        blk->head_rows = bh * p->n;
+    }
+    if (blk->q0 >= blk->n) return 0;
+    blk->off = blk->n_k - blk->n;
+    const int64_t bq = p->cu_q ? 0 : b, bk = p->cu_k ? 0 : b; /* packed sequences: no batch stride */
+    blk->q = fa2_rows{p->q + bq * p->qs.b + h * p->qs.h + q_first * p->qs.n, p->qs.n};
+    blk->k = fa2_rows{p->k + bk * p->ks.b + hk * p->ks.h + k_first * p->ks.n, p->ks.n};
+    blk->v = fa2_rows{p->v + bk * p->vs.b + hk * p->vs.h + k_first * p->vs.n, p->vs.n};
+    blk->o = fa2_rows{p->o + bq * p->os.b + h * p->os.h + q_first * p->os.n, p->os.n};
+    return 1;
+}
+
 /* Lines 3-16 for one block: one row tile of one head. */
 template <int DTYPE, int D, int CAUSAL, int RECIPE>
 static __device__ __forceinline__ void fa2_attention_block(const fa2_params *p, uint32_t smem) {
@@ -75,28 +119,31 @@ static __device__ __forceinline__ void fa2_attention_block(const fa2_params *p, 
     static_assert(T.br == 16 * T.warps * T.slices, "every warp owns whole 16-row slices");
     static_assert(T.bc % 16 == 0 && D % 16 == 0, "tiles are whole mma shapes");
 
-    const int n = p->n;
     int row_tile;
     const int64_t bh = fa2_block_head<CAUSAL>(p, &row_tile);
     if (bh < 0) return; /* the last grid.z slice may reach past B*H (whole block: no barrier skipped) */
     fa2_block blk;
     blk.smem = smem;
-    blk.head_rows = bh * n;
-    blk.head = blk.head_rows * D;
-    blk.q0 = row_tile * T.br;
+    if (!fa2_block_setup<D, CAUSAL, RECIPE>(p, bh, row_tile, &blk)) return; /* whole block, as above */
     const fa2_copy cpy = fa2_copy_setup<D, RECIPE>();
 
-    /* causal: the last visible key of row q0 + Br - 1 bounds the tiles; tiles j < n_full are fully
-     * visible to every row of the block ((j+1) Bc - 1 <= q0). Tiles past N / Bc hold keys >= N. */
-    const int n_max = CAUSAL ? (min(n, blk.q0 + T.br) + T.bc - 1) / T.bc : (n + T.bc - 1) / T.bc;
-    const int n_full = CAUSAL ? (blk.q0 + 1) / T.bc : n_max;
-    const int n_plain = min(n_full, n / T.bc); /* tiles 0 .. n_plain-1 need no mask at all */
+    /* causal: the keys row q0 + Br - 1 sees bound the tiles (none: no row of the block sees a key, no
+     * tile is visited); tiles j < n_full are fully visible to every row of the
+     * block ((j+1) Bc - 1 <= q0 + off). Tiles past N_k / Bc hold keys >= N_k. The road's off is 0: key
+     * 0 is visible to every row, and its bounds keep the form they had. */
+    const int n_k = blk.n_k, seen = min(blk.n, blk.q0 + T.br) + blk.off; /* keys row q0 + Br - 1 sees */
+    const int n_max = (CAUSAL ? (T.any_shape ? max(seen, 0) : seen) + T.bc - 1 : n_k + T.bc - 1) / T.bc;
+    const int n_full = CAUSAL ? (T.any_shape ? max(blk.q0 + blk.off + 1, 0) : blk.q0 + 1) / T.bc : n_max;
+    const int n_plain = min(n_full, n_k / T.bc); /* tiles 0 .. n_plain-1 need no mask at all */
 
     float o[T.slices][D / 8][4], m[T.slices][2], l[T.slices][2];
     fa2_init_row_state<D, T.slices>(o, m, l); /* line 5 */
     const int j0 = n_max - 1;
-    fa2_load_q_tile<D, RECIPE>(p, &blk, &cpy);                     /* line 4 */
-    fa2_load_first_kv_tile<D, RECIPE>(p, &blk, j0, &cpy);          /* line 7 for j0; Q has landed */
+    fa2_load_q_tile<D, RECIPE>(p, &blk, &cpy); /* line 4 */
+    if (!T.any_shape || j0 >= 0)
+        fa2_load_first_kv_tile<D, RECIPE>(p, &blk, j0, &cpy); /* line 7 for j0; Q has landed */
+    else
+        fa2_cp_async_wait<0>(); /* no key for any row: O = 0 and LSE = -inf, staged where Q lands */
     if (p->negate_q) fa2_negate_tile<T.br, D, RECIPE>(smem, &cpy); /* own chunks: no barrier needed before */
     __syncthreads();
     uint32_t q_frag[T.slices][D / 16][4]; /* only with Q in registers; otherwise never touched */

@@ -91,8 +91,10 @@ static cudaError_t fa2_launch_final(const fa2_params *kp, int64_t D, cudaStream_
     switch (D) {
     case 32: return fa2_launch_dim<DTYPE, CAUSAL, 32>(kp, stream, why);
     case 64: return fa2_launch_dim<DTYPE, CAUSAL, 64>(kp, stream, why);
+    case 80: return fa2_launch_dim<DTYPE, CAUSAL, 80>(kp, stream, why);
     case 96: return fa2_launch_dim<DTYPE, CAUSAL, 96>(kp, stream, why);
     case 128: return fa2_launch_dim<DTYPE, CAUSAL, 128>(kp, stream, why);
+    case 192: return fa2_launch_dim<DTYPE, CAUSAL, 192>(kp, stream, why);
     case 256: return fa2_launch_dim<DTYPE, CAUSAL, 256>(kp, stream, why);
     }
     *why = "head dim must be " STAGE06_DIMS_TEXT; /* stage06_check_limits refuses it before */

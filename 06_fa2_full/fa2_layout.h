@@ -16,10 +16,12 @@
 
 /* ---- the shared-memory tile: rows of 16-byte chunks (8 halves each) ----------------------------- */
 
-/* Chunks per smem row of a D-wide tile: D/8, except that a swizzled D = 96 row (12 chunks) is padded to
- * 16, so that the XOR below never leaves its row (the swizzle works on whole 128-byte groups). */
+/* Chunks per smem row of a D-wide tile: D/8, except that a swizzled row of more than 8 chunks is padded
+ * to a power of two (D = 80: 10 -> 16, D = 96: 12 -> 16, D = 192: 24 -> 32), so that the XOR below
+ * never leaves its row (the swizzle works on whole 128-byte groups) and a row is a power of two bytes
+ * (fa2_at_chunk_pair XORs the address: at 384-byte rows bit 7 would belong to the row). */
 FA2_INDEX int fa2_row_chunks(int d, int swizzle) {
-    return (swizzle && d / 8 > 8) ? (d / 8 + 7) / 8 * 8 : d / 8;
+    return (swizzle && d / 8 > 8) ? (d / 8 <= 16 ? 16 : 32) : d / 8;
 }
 
 /* The XOR term of row r. Rows of 8 or more chunks (128 bytes or more) use r mod 8; 4-chunk rows (D = 32,
@@ -50,9 +52,10 @@ FA2_INDEX int fa2_fragment_row(int lane, int h) { return (lane >> 2) + 8 * h; }
 FA2_INDEX int fa2_fragment_col(int lane, int e) { return 2 * (lane & 3) + e; }
 
 /* ---- the cp.async copy: thread i takes chunk i mod C of row i / C, then steps down the rows ----------
- * C = D/8 rounded up to a power of two (D = 96: 12 -> 16, and the threads with a chunk >= 12 sit out),
- * so consecutive threads read consecutive 16 bytes of a row (coalesced) and a thread keeps its column. */
-FA2_INDEX int fa2_copy_chunks(int d) { return d / 8 == 12 ? 16 : d / 8; }
+ * C = D/8 rounded up to a power of two (D = 80: 10 -> 16, D = 96: 12 -> 16, D = 192: 24 -> 32, and the
+ * threads with a chunk >= D/8 sit out), so consecutive threads read consecutive 16 bytes of a row
+ * (coalesced) and a thread keeps its column. */
+FA2_INDEX int fa2_copy_chunks(int d) { return d / 8 <= 4 ? 4 : d / 8 <= 8 ? 8 : d / 8 <= 16 ? 16 : 32; }
 FA2_INDEX int fa2_copy_chunk(int d, int thread) { return thread % fa2_copy_chunks(d); }
 FA2_INDEX int fa2_copy_row(int d, int thread) { return thread / fa2_copy_chunks(d); }
 

@@ -67,6 +67,24 @@ static __device__ __forceinline__ void fa2_st_shared_16(uint32_t addr, const uin
                  "r"(r[3])
                  : "memory");
 }
+/* a * b as a 64-bit number, one IMAD.WIDE (mul.wide.s32). Written as (int64_t)a * b, the compiler
+ * multiplies in 64 bits (three IMAD and a shift) wherever b was widened in another block, as stage
+ * 06's runtime row strides are: in the row offsets outside the key loop that cost 128 instructions a
+ * block at D = 128 (3678 against 3550). In the loop the C form stays: there IMAD.WIDE also adds the
+ * address, which the asm would leave to a 64-bit add. */
+static __device__ __forceinline__ int64_t fa2_mul_wide(int a, int b) {
+    int64_t r;
+    asm("mul.wide.s32 %0, %1, %2;" : "=l"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+/* One 16-byte global store (ptr 16-byte aligned). Stage 06 writes O through it: from a strided row
+ * address the compiler cannot prove the alignment of a uint4 store and splits it into four. */
+static __device__ __forceinline__ void fa2_st_global_16(void *ptr, const uint32_t r[4]) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(ptr), "r"(r[0]), "r"(r[1]), "r"(r[2]),
+                 "r"(r[3])
+                 : "memory");
+}
 static __device__ __forceinline__ void fa2_st_shared_4(uint32_t addr, uint32_t x) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
 }

@@ -89,6 +89,22 @@ template <int D, int RECIPE> static __device__ __forceinline__ fa2_copy fa2_copy
     return cp;
 }
 
+/* Element offset of row r of a tile whose rows lie ld apart. The road's ld is D (contiguous): its
+ * offsets stay the ints they were (r * D < 2^15 inside a tile), so that its kernels keep their code;
+ * stage 06's rows may lie up to 2^31 elements apart, and r * ld is one IMAD.WIDE. */
+template <int D, int RECIPE> static __device__ __forceinline__ int64_t fa2_row_offset(int r, int ld) {
+    if (!fa2_traits_of(D, RECIPE).any_shape) return r * D;
+    return fa2_mul_wide(r, ld);
+}
+
+/* Element offset of n groups of `per` rows, rows ld apart, n * per up to 2^30: the road's
+ * (int64_t)n * per * D as it was written (its ld is D), stage 06's one IMAD.WIDE. */
+template <int D, int RECIPE>
+static __device__ __forceinline__ int64_t fa2_rows_offset(int n, int per, int ld) {
+    if (!fa2_traits_of(D, RECIPE).any_shape) return (int64_t)n * per * D;
+    return fa2_mul_wide(n * per, ld);
+}
+
 /* smem offset of a thread's i-th chunk of a tile */
 template <int D, int RECIPE>
 static __device__ __forceinline__ uint32_t fa2_copy_destination(const fa2_copy *cp, int i) {
@@ -99,28 +115,31 @@ static __device__ __forceinline__ uint32_t fa2_copy_destination(const fa2_copy *
     return (uint32_t)FA2_CHUNK_OFFSET(T.row_chunks, T.swizzle, r, cp->chunk);
 }
 
-/* Starts the copy of a ROWS x D tile (rows_valid of them inside N) into the tile at sdst. Consecutive
- * threads take consecutive 16-byte chunks of a row: fully coalesced global reads.
+/* Starts the copy of a ROWS x D tile (rows_valid of them inside N), row r at src + r * ld, into the
+ * tile at sdst. Consecutive threads take consecutive 16-byte chunks of a row: fully coalesced global
+ * reads (within a row; ld apart, rows are as coalesced as the layout lets them be).
  * CHECK = 0: the caller knows the tile is whole (every key tile but the last one, Tc-1); the copies
  * are one base address plus constants. CHECK = 1: rows >= rows_valid are zero-filled (src-size 0);
  * their source address is clamped to the last valid row so that it stays inside the tensor. */
 template <int ROWS, int D, int RECIPE, int CHECK>
-static __device__ __forceinline__ void fa2_copy_tile(uint32_t sdst, const uint16_t *src, int rows_valid,
-                                                     const fa2_copy *cp) {
+static __device__ __forceinline__ void fa2_copy_tile(uint32_t sdst, const uint16_t *src, int ld,
+                                                     int rows_valid, const fa2_copy *cp) {
     constexpr int STEP = fa2_traits_of(D, RECIPE).threads / fa2_copy_chunks(D);
     static_assert(ROWS % STEP == 0, "tile rows must split evenly over the threads");
     if (D / 8 != fa2_copy_chunks(D) && !cp->active) return;
     if (!CHECK || rows_valid >= ROWS) {
-        const uint16_t *g = src + cp->global_offset;
+        const uint16_t *g = src + (fa2_traits_of(D, RECIPE).any_shape ? (int64_t)cp->row * ld + cp->chunk * 8
+                                                                      : cp->global_offset);
 #pragma unroll
         for (int i = 0; i < ROWS / STEP; ++i)
-            fa2_cp_async_16(sdst + fa2_copy_destination<D, RECIPE>(cp, i), g + i * STEP * D, 16u);
+            fa2_cp_async_16(sdst + fa2_copy_destination<D, RECIPE>(cp, i), g + (int64_t)(i * STEP) * ld, 16u);
     } else {
 #pragma unroll
         for (int i = 0; i < ROWS / STEP; ++i) {
             const int r = cp->row + i * STEP;
             fa2_cp_async_16(sdst + fa2_copy_destination<D, RECIPE>(cp, i),
-                            src + min(r, rows_valid - 1) * D + cp->chunk * 8, r < rows_valid ? 16u : 0u);
+                            src + fa2_row_offset<D, RECIPE>(min(r, rows_valid - 1), ld) + cp->chunk * 8,
+                            r < rows_valid ? 16u : 0u);
         }
     }
 }

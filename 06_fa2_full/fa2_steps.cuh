@@ -63,13 +63,24 @@
 #include "fa2_internal.h"
 #include "fa2_smem.cuh"
 
-/* The block-uniform state of one row tile (per-lane values are recomputed where they are used, see
- * fa2_thread_index). N, the scale and the tensor pointers are read from the kernel parameters. */
+/* One tensor as a block sees it: row r of its head at row0 + r * ld, the row's D elements contiguous.
+ * The one address computation of Q, K, V and O (fa2_block_setup, fa2_kernel.cuh): contiguous,
+ * [B, N, H, D], a grouped K/V head or a packed sequence differ in row0 and ld only. The road's ld is
+ * the constant D, which the compiler folds as before. */
 typedef struct {
-    uint32_t smem;     /* 1024-aligned smem base: the Q tile, then the K buffers, then the V buffers */
-    int64_t head_rows; /* row offset of this head in LSE: bh * N */
-    int64_t head;      /* element offset of this head in Q, K, V and O: bh * N * D */
-    int q0;            /* first query row of the tile */
+    const uint16_t *row0;
+    int ld;
+} fa2_rows;
+
+/* The block-uniform state of one row tile (per-lane values are recomputed where they are used, see
+ * fa2_thread_index). The scale is read from the kernel parameters. */
+typedef struct {
+    uint32_t smem;       /* 1024-aligned smem base: the Q tile, then the K buffers, then the V buffers */
+    int64_t head_rows;   /* row offset of this head in LSE: bh * N (packed sequences: h total_q + start) */
+    fa2_rows q, k, v, o; /* this head's rows (o's row0 is written through: fa2_store_o) */
+    int n, n_k;          /* this head's queries and keys (N, N_k, or its sequence's lengths) */
+    int off;             /* causal: query i sees keys 0 .. i + off, off = n_k - n (the bottom right) */
+    int q0;              /* first query row of the tile */
 } fa2_block;
 
 /* Where a thread sits: its warp and lane, and in the mma fragments its group g = lane / 4 (rows g and
@@ -105,8 +116,9 @@ template <int D, int RECIPE>
 static __device__ __forceinline__ void fa2_load_q_tile(const fa2_params *p, const fa2_block *blk,
                                                        const fa2_copy *cpy) {
     constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
-    fa2_copy_tile<T.br, D, RECIPE, 1>(blk->smem, p->q + blk->head + (int64_t)blk->q0 * D, p->n - blk->q0,
-                                      cpy);
+    fa2_copy_tile<T.br, D, RECIPE, 1>(blk->smem,
+                                      blk->q.row0 + fa2_rows_offset<D, RECIPE>(blk->q0, 1, blk->q.ld),
+                                      blk->q.ld, blk->n - blk->q0, cpy);
     fa2_cp_async_commit();
 }
 
@@ -151,22 +163,22 @@ static __device__ __forceinline__ void fa2_load_first_kv_tile(const fa2_params *
                                                               int j0, const fa2_copy *cpy) {
     constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
     const uint32_t sk = fa2_k_buffer<D, RECIPE>(blk, 0), sv = fa2_v_buffer<D, RECIPE>(blk, 0);
-    const uint16_t *k = p->k + blk->head + (int64_t)j0 * T.bc * D,
-                   *v = p->v + blk->head + (int64_t)j0 * T.bc * D;
-    const int rows = p->n - j0 * T.bc;
+    const uint16_t *k = blk->k.row0 + fa2_rows_offset<D, RECIPE>(j0, T.bc, blk->k.ld),
+                   *v = blk->v.row0 + fa2_rows_offset<D, RECIPE>(j0, T.bc, blk->v.ld);
+    const int rows = blk->n_k - j0 * T.bc;
     if (T.pipeline == FA2_PING_PONG) {
-        fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, rows, cpy);
+        fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, blk->k.ld, rows, cpy);
         fa2_cp_async_commit();
         fa2_cp_async_wait<1>(); /* Q landed, K_j0 may pend */
     } else if (T.pipeline == FA2_LOAD_THEN_COMPUTE) {
-        fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, rows, cpy);
-        fa2_copy_tile<T.bc, D, RECIPE, 1>(sv, v, rows, cpy);
+        fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, blk->k.ld, rows, cpy);
+        fa2_copy_tile<T.bc, D, RECIPE, 1>(sv, v, blk->v.ld, rows, cpy);
         fa2_cp_async_commit();
         fa2_cp_async_wait<0>(); /* load, wait, compute: no overlap at all */
     } else {
-        fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, rows, cpy);
+        fa2_copy_tile<T.bc, D, RECIPE, 1>(sk, k, blk->k.ld, rows, cpy);
         fa2_cp_async_commit();
-        fa2_copy_tile<T.bc, D, RECIPE, 1>(sv, v, rows, cpy);
+        fa2_copy_tile<T.bc, D, RECIPE, 1>(sv, v, blk->v.ld, rows, cpy);
         fa2_cp_async_commit();
         fa2_cp_async_wait<2>(); /* Q landed, K_j0 and V_j0 may pend */
     }
@@ -179,14 +191,17 @@ template <int D, int RECIPE, int MASK>
 static __device__ __forceinline__ void fa2_wait_k_prefetch_next(const fa2_params *p, const fa2_block *blk,
                                                                 int j, int it, int buf, const fa2_copy *cpy) {
     constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
-    const uint16_t *gk = p->k + blk->head, *gv = p->v + blk->head;
+    const uint16_t *gk = blk->k.row0, *gv = blk->v.row0;
+    const int kld = blk->k.ld, vld = blk->v.ld;
     const uint32_t kbuf = fa2_k_buffer<D, RECIPE>(blk, buf), vbuf = fa2_v_buffer<D, RECIPE>(blk, buf);
     if (T.pipeline == FA2_LOAD_THEN_COMPUTE) {
         if (it > 0) {
             /* the prologue loaded the first tile; every warp is done with the previous K and V */
             __syncthreads();
-            fa2_copy_tile<T.bc, D, RECIPE, MASK>(kbuf, gk + (int64_t)j * T.bc * D, p->n - j * T.bc, cpy);
-            fa2_copy_tile<T.bc, D, RECIPE, MASK>(vbuf, gv + (int64_t)j * T.bc * D, p->n - j * T.bc, cpy);
+            fa2_copy_tile<T.bc, D, RECIPE, MASK>(kbuf, gk + (int64_t)j * T.bc * kld, kld, blk->n_k - j * T.bc,
+                                                 cpy);
+            fa2_copy_tile<T.bc, D, RECIPE, MASK>(vbuf, gv + (int64_t)j * T.bc * vld, vld, blk->n_k - j * T.bc,
+                                                 cpy);
             fa2_cp_async_commit();
             fa2_cp_async_wait<0>();
             __syncthreads();
@@ -194,17 +209,18 @@ static __device__ __forceinline__ void fa2_wait_k_prefetch_next(const fa2_params
     } else if (T.pipeline == FA2_PING_PONG) {
         fa2_cp_async_wait<0>(); /* K_j (issued before the previous P V) */
         __syncthreads();        /* K_j visible; every warp is done with V_{j+1}: V buffer free */
-        fa2_copy_tile<T.bc, D, RECIPE, MASK>(vbuf, gv + (int64_t)j * T.bc * D, p->n - j * T.bc, cpy);
+        fa2_copy_tile<T.bc, D, RECIPE, MASK>(vbuf, gv + (int64_t)j * T.bc * vld, vld, blk->n_k - j * T.bc,
+                                             cpy);
         fa2_cp_async_commit();
     } else {
         fa2_cp_async_wait<1>(); /* in flight: K_j, V_j -> K_j done, V_j may pend */
         __syncthreads();        /* K_j visible; every warp is done with tile j+1: the other buffers free */
         if (j > 0) { /* tile j-1 < Tc-1 is whole: only the first tile visited can be the tail one */
             fa2_copy_tile<T.bc, D, RECIPE, 0>(fa2_k_buffer<D, RECIPE>(blk, buf ^ 1),
-                                              gk + (int64_t)(j - 1) * T.bc * D, T.bc, cpy);
+                                              gk + (int64_t)(j - 1) * T.bc * kld, kld, T.bc, cpy);
             fa2_cp_async_commit();
             fa2_copy_tile<T.bc, D, RECIPE, 0>(fa2_v_buffer<D, RECIPE>(blk, buf ^ 1),
-                                              gv + (int64_t)(j - 1) * T.bc * D, T.bc, cpy);
+                                              gv + (int64_t)(j - 1) * T.bc * vld, vld, T.bc, cpy);
             fa2_cp_async_commit();
         }
     }
@@ -220,7 +236,8 @@ static __device__ __forceinline__ void fa2_wait_v(const fa2_params *p, const fa2
         __syncthreads(); /* V_j visible; every warp is done with K_j: the K buffer is free */
         if (j > 0) {
             fa2_copy_tile<T.bc, D, RECIPE, 0>(fa2_k_buffer<D, RECIPE>(blk, buf),
-                                              p->k + blk->head + (int64_t)(j - 1) * T.bc * D, T.bc, cpy);
+                                              blk->k.row0 + (int64_t)(j - 1) * T.bc * blk->k.ld, blk->k.ld,
+                                              T.bc, cpy);
             fa2_cp_async_commit();
         }
     } else if (T.pipeline == FA2_DOUBLE_BUFFER) {
@@ -343,9 +360,10 @@ fa2_online_softmax(const fa2_params *p, const fa2_block *blk, float (*s)[fa2_tra
     for (int mi = 0; mi < T.slices; ++mi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            /* keys < lim are visible to this row (lim = N, or min(N, query + 1) when causal) */
+            /* keys < lim are visible to this row (lim = N_k, or min(N_k, query + 1 + N_k - N) when
+             * causal: the bottom-right diagonal; lim <= 0 for a row that sees no key) */
             const int qi = blk->q0 + (warp * T.slices + mi) * 16 + fa2_fragment_row(lane, h);
-            const int visible = MASK ? (CAUSAL ? min(p->n, qi + 1) : p->n) - kbase : 0;
+            const int visible = MASK ? (CAUSAL ? min(blk->n_k, qi + 1 + blk->off) : blk->n_k) - kbase : 0;
             const float mx = fa2_masked_row_max<T.bcs / 8, MASK>(s[mi], h, m[mi][h], visible);
             /* a row with no visible key so far has mx = -inf: use 0 as the reference so that x - m never
              * becomes -inf - (-inf) = NaN; its p are all 0 anyway. alpha = 2^(m_old - m_new) in base-2
@@ -438,7 +456,7 @@ static __device__ __forceinline__ void fa2_normalise_o(float (*l)[2], float (*in
             x += __shfl_xor_sync(0xffffffffu, x, 1);
             x += __shfl_xor_sync(0xffffffffu, x, 2);
             l[mi][h] = x;
-            inv_l[mi][h] = x > 0.f ? 1.f / x : 0.f; /* key 0 is always visible, so x > 0; guard anyway */
+            inv_l[mi][h] = x > 0.f ? 1.f / x : 0.f; /* 0: a row that sees no key (causal, N > N_k) */
         }
 }
 
@@ -466,15 +484,22 @@ static __device__ __forceinline__ void fa2_store_o(const fa2_params *p, const fa
                     pack_16x2<DTYPE>(o[mi][dt][2 * h] * inv_l[mi][h], o[mi][dt][2 * h + 1] * inv_l[mi][h]));
     __syncwarp();
 
-    const int cc = lane % CHUNKS, row0 = warp * T.slices * 16 + lane / CHUNKS;
-    uint16_t *go = p->o + (blk->head_rows + blk->q0 + row0) * D + cc * 8;
+    const int cc = lane % CHUNKS, row0 = warp * T.slices * 16 + lane / CHUNKS, ld = blk->o.ld;
+    /* the road's contiguous O keeps the expression and the store it was measured with: from o.row0 the
+     * compiler loses the alignment of a uint4 store and splits it into four (fa2_st_global_16) */
+    uint16_t *go = T.any_shape
+                       ? (uint16_t *)blk->o.row0 + fa2_rows_offset<D, RECIPE>(blk->q0 + row0, 1, ld) + cc * 8
+                       : p->o + (blk->head_rows + blk->q0 + row0) * D + cc * 8;
     if (D / 8 == CHUNKS || cc < D / 8) {
 #pragma unroll
         for (int i = 0; i < T.slices * 16 / ROWS_PER_STEP; ++i) {
             const int row = row0 + i * ROWS_PER_STEP;
             uint32_t x[4];
             fa2_ld_shared_16(x, blk->smem + (uint32_t)FA2_CHUNK_OFFSET(T.row_chunks, T.swizzle, row, cc));
-            if (blk->q0 + row < p->n) {
+            if (blk->q0 + row < blk->n && T.any_shape) {
+                fa2_st_global_16(go + fa2_rows_offset<D, RECIPE>(i, ROWS_PER_STEP, ld),
+                                 x);             /* strides: multiples of 8 */
+            } else if (blk->q0 + row < blk->n) { /* the road */
                 uint4 v4;
                 v4.x = x[0];
                 v4.y = x[1];
@@ -499,7 +524,7 @@ static __device__ __forceinline__ void fa2_store_lse(const fa2_params *p, const 
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = (ln->warp * T.slices + mi) * 16 + ln->g + 8 * h; /* row inside the tile */
-                if (blk->q0 + r < p->n)
+                if (blk->q0 + r < blk->n)
                     p->lse[blk->head_rows + blk->q0 + r] =
                         l[mi][h] > 0.f ? m[mi][h] * p->scale_log2 * ATTN_LN2 + logf(l[mi][h]) : -INFINITY;
             }

@@ -17,13 +17,15 @@ enum {
     FA2_Q_IN_REGISTERS = 4,    /* 06d: Q fragments stay in registers where the budget allows */
     FA2_CP_ASYNC_PIPELINE = 8, /* 06e: the next K/V tile loads while this one is multiplied */
     FA2_FINAL_TILES = 16,      /* 06:  FA2's tiles per head dim (the table below) instead of 64 x 64 */
+    FA2_ANY_SHAPE = 32,        /* 06:  strided Q, K, V, O, H_kv < H, N_k != N, cu_seqlens (issue 56); the
+                                  road's kernels take contiguous [B, H, N, D] with N_k = N only */
 };
 #define FA2_RECIPE_06A 0 /* the first mma.sync kernel: 64 x 64 tiles, P through smem, load then compute */
 #define FA2_RECIPE_06B (FA2_RECIPE_06A | FA2_P_IN_REGISTERS)
 #define FA2_RECIPE_06C (FA2_RECIPE_06B | FA2_SWIZZLE)
 #define FA2_RECIPE_06D (FA2_RECIPE_06C | FA2_Q_IN_REGISTERS)
 #define FA2_RECIPE_06E (FA2_RECIPE_06D | FA2_CP_ASYNC_PIPELINE)
-#define FA2_RECIPE_FINAL (FA2_RECIPE_06E | FA2_FINAL_TILES) /* stage 06 */
+#define FA2_RECIPE_FINAL (FA2_RECIPE_06E | FA2_FINAL_TILES | FA2_ANY_SHAPE) /* stage 06 */
 
 /* How K and V tiles reach shared memory. */
 enum {
@@ -50,14 +52,19 @@ typedef struct {
  * at 192 + 64 = 256 ptxas spills), so at D = 128 it is re-read by ldmatrix per key tile, as FA2 does.
  * D <= 64 loads 128-key tiles (half the barriers per key) but runs the softmax 64 keys at a time. D = 256
  * uses the ping-pong: 64 KB Q + 2 x 32 KB = 128 KB fit the 163 KB of an A100; double buffers need 192.
+ * D = 80 and 192 (issue 56) take the tiles of the next dim up, 96 and 256: their smem rows are padded
+ * to 16 and 32 chunks (fa2_row_chunks), so they cost that dim's shared memory and occupancy, while
+ * their products and registers are their own (D/16 = 5 and 12 k-slices; O 80 and 96 floats a lane).
  */
 static __host__ __device__ constexpr fa2_tiles fa2_final_tiles(int d) {
     // clang-format off
     /*                         Br,  Bc, Bcs, warps, K/V loads,         Q regs      smem  blocks/SM */
     return d ==  32 ? fa2_tiles{128, 128,  64,     4, FA2_DOUBLE_BUFFER, 1} /*  41 KB  2 (registers) */
          : d ==  64 ? fa2_tiles{128, 128,  64,     4, FA2_DOUBLE_BUFFER, 1} /*  81 KB  2 */
+         : d ==  80 ? fa2_tiles{128,  64,  64,     4, FA2_DOUBLE_BUFFER, 0} /*  97 KB  2 (rows padded to 128) */
          : d ==  96 ? fa2_tiles{128,  64,  64,     4, FA2_DOUBLE_BUFFER, 0} /*  97 KB  2 (rows padded to 128) */
          : d == 128 ? fa2_tiles{128,  64,  64,     4, FA2_DOUBLE_BUFFER, 0} /*  97 KB  2 */
+         : d == 192 ? fa2_tiles{128,  64,  64,     8, FA2_PING_PONG,     1} /* 129 KB  1 (rows padded to 256) */
          : d == 256 ? fa2_tiles{128,  64,  64,     8, FA2_PING_PONG,     0} /* 129 KB  1 */
          : fa2_tiles{0, 0, 0, 0, 0, 0};
     // clang-format on
@@ -80,6 +87,7 @@ typedef struct {
     int pipeline;   /* FA2_LOAD_THEN_COMPUTE, FA2_PING_PONG, FA2_DOUBLE_BUFFER */
     int kv_buffers; /* K (and V) tiles in shared memory */
     int swizzle, q_in_registers, p_in_registers;
+    int any_shape;    /* FA2_ANY_SHAPE: the layout and lengths come from fa2_params' second part */
     int row_chunks;   /* 16-byte chunks per smem row of a Q, K or V tile */
     int row_bytes;    /* row_chunks * 16 */
     int p_row_chunks; /* of the per-warp P tiles (only without FA2_P_IN_REGISTERS) */
@@ -99,6 +107,7 @@ static __host__ __device__ constexpr fa2_traits fa2_traits_of(int d, int recipe)
     x.q_in_registers =
         (recipe & FA2_Q_IN_REGISTERS) != 0 && t.q_in_registers && fa2_q_fits_in_registers(d, t);
     x.p_in_registers = (recipe & FA2_P_IN_REGISTERS) != 0;
+    x.any_shape = (recipe & FA2_ANY_SHAPE) != 0;
     x.row_chunks = fa2_row_chunks(d, x.swizzle);
     x.row_bytes = 16 * x.row_chunks;
     x.p_row_chunks = t.bcs / 8;
@@ -110,9 +119,12 @@ static __host__ __device__ constexpr fa2_traits fa2_traits_of(int d, int recipe)
 /* The table says what the rule says. */
 static_assert(fa2_final_tiles(32).q_in_registers == fa2_q_fits_in_registers(32, fa2_final_tiles(32)), "D=32");
 static_assert(fa2_final_tiles(64).q_in_registers == fa2_q_fits_in_registers(64, fa2_final_tiles(64)), "D=64");
+static_assert(fa2_final_tiles(80).q_in_registers == fa2_q_fits_in_registers(80, fa2_final_tiles(80)), "D=80");
 static_assert(fa2_final_tiles(96).q_in_registers == fa2_q_fits_in_registers(96, fa2_final_tiles(96)), "D=96");
 static_assert(fa2_final_tiles(128).q_in_registers == fa2_q_fits_in_registers(128, fa2_final_tiles(128)),
               "128");
+static_assert(fa2_final_tiles(192).q_in_registers == fa2_q_fits_in_registers(192, fa2_final_tiles(192)),
+              "192");
 static_assert(fa2_final_tiles(256).q_in_registers == fa2_q_fits_in_registers(256, fa2_final_tiles(256)),
               "256");
 

@@ -15,13 +15,21 @@
 extern "C" {
 #endif
 
-#define STAGE06_DIMS_TEXT "32, 64, 96, 128, 256"
-/* 1 for head dims 32, 64, 96, 128, 256. Always built (no CUDA needed). */
+#define STAGE06_DIMS_TEXT "32, 64, 80, 96, 128, 192, 256"
+/* 1 for head dims 32, 64, 80, 96, 128, 192, 256 (fa2_final_tiles has a tile shape for each). Always
+ * built (no CUDA needed). */
 int stage06_supports_dim(int64_t D);
-/* Stage 06's own limits, before any CUDA call: the head dim, N <= 2^30, B*H <= 65535^2 (grid.y x
- * grid.z), fp16 or bf16. ATTN_EUNSUPPORTED naming the field and the value; p's sizes are >= 1 and
- * B*H*N*D fits 64 bits (the caller's checks). Asked by stage06_run and by the library. */
+/* Stage 06's own limits, before any CUDA call: the head dim, N and N_k <= 2^30, B*H <= 65535^2 (grid.y
+ * x grid.z), fp16 or bf16. ATTN_EUNSUPPORTED naming the field and the value; p's sizes are >= 1 and
+ * B*H*N*D fits 64 bits (the caller's checks). Asked by stage06_run and by the library. Stage 06 takes
+ * H_kv < H, N_k != N and cu_seqlens (the registry's takes). */
 attn_status stage06_check_limits(const attn_problem *p);
+/* The layout of Q, K, V and O (s[0..3], element strides; all three 0: contiguous), before any CUDA call:
+ * no stride negative, every one a multiple of 8 elements (the kernel moves 16-byte chunks), row strides
+ * below 2^31, and with cu_seqlens the strides given (the packed head stride needs the total, which the
+ * library has on the device only). ATTN_EINVAL or ATTN_EUNSUPPORTED naming the stride ("k.stride_n").
+ * Asked by stage06_run and by the library. */
+attn_status stage06_check_layout(const attn_problem *p, const attn_strides *const s[4]);
 /* The road's steps: 1 for head dims 64 and 128. */
 int stage06_road_supports_dim(int64_t D);
 

@@ -19,7 +19,7 @@
  * Limits: the local stage takes square problems only (as many query rows as key rows, causal meaning
  * query i sees keys 0..i); every local call is built as such a square (README.md says how, padding
  * and the short last chunk included). Non-causal with N not a multiple of G costs up to one more
- * call per GPU (the short chunk's windows). Head dims 32, 64, 96, 128, 256; fp16 and bf16; GPUs
+ * call per GPU (the short chunk's windows). Head dims 32, 64, 80, 96, 128, 192, 256; fp16 and bf16; GPUs
  * 0 .. G-1 of one host, each sm_80 or newer; N * D * 2 bytes below the GPU's largest copy pitch
  * (2 GiB on an H200). Needs NCCL at build time (cp.mk finds it).
  *

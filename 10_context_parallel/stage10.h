@@ -16,7 +16,7 @@ extern "C" {
 
 /* The head dims stage 10 takes: stage 06's, the sm_80 floor that every GPU it runs on can fall back
  * to for the local calls (a faster stage is used where one takes the D and dtype). */
-#define STAGE10_DIMS_TEXT "32, 64, 96, 128, 256"
+#define STAGE10_DIMS_TEXT "32, 64, 80, 96, 128, 192, 256"
 int stage10_supports_dim(int64_t D);
 
 /* The stage that runs stage 10's local calls for problem p on the current GPU: the last registered

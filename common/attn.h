@@ -7,14 +7,17 @@
  * Contract (shared by all stages):
  *   Q, O        contiguous row-major [B, H, N, D], 16-bit (fp16, or bf16 where a stage supports it)
  *   K, V        contiguous row-major [B, H_kv, N_k, D]; query head h reads K/V head h / (H / H_kv).
- *               Every stage takes H_kv = H, N_k = N; the registry says which take more (stage.h)
+ *               Every stage takes H_kv = H, N_k = N; the registry says which take more (stage.h:
+ *               06, 06m, 15m). A stage with ATTN_TAKES_STRIDES (06) finds Q, K, V and O in device
+ *               memory by the strides of attn_args ([B, N, H, D] with build/attn --layout bnhd); the
+ *               reference, the check and the host copies stay in this contract's layout
  *   LSE         float32 [B, H, N], natural log of sum_j exp(scale * q_i . k_j) over the keys that
  *               query i may see (all N_k, or 0 .. i + N_k - N when causal: the mask aligned to the
  *               bottom right, as FlashAttention-2 from 2.1; keys 0..i when N_k = N)
  *   varlen      cu_seqlens_q and cu_seqlens_k (host int32 arrays of B + 1 offsets in the suite): Q and
  *               O packed [H, total_q, D], K and V [H_kv, total_k, D], LSE [H, total_q]; sequence b
  *               has its own n and n_k, N and N_k bound them, causal aligned per sequence
- *               (attn_head_span). Only the reference and 06m take it (the registry's takes)
+ *               (attn_head_span). Only the reference, 06 and 06m take it (the registry's takes)
  *   empty row   causal with N > N_k: query i < N - N_k sees no key. Its O is 0 and its LSE -inf
  *               (FlashAttention's choice: the sum over no key is 0, and ln 0 = -inf); the check
  *               takes exactly that, and no NaN

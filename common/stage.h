@@ -136,6 +136,10 @@ typedef struct {
 #define ATTN_TAKES_VARLEN 4u  /* cu_seqlens_q and cu_seqlens_k */
 #define ATTN_TAKES_STRIDES 8u /* any row-contiguous layout of Q, K, V, O (attn_args' strides) */
 
+/* The ids of the stages whose `takes` has `what` (ATTN_TAKES_*), for a refusal's message: "06, 06m", or
+ * "none". Writes at most cap bytes into ids and returns it. */
+const char *attn_stages_taking(unsigned what, char *ids, size_t cap);
+
 /* Why a build has no GPU stages, for the messages that say a stage was not built ("..., and "
  * ATTN_NO_CUDA_WHY): the Makefile leaves them out both when it finds no nvcc and when NO_CUDA=1 asks
  * it to, into the same build/nocuda/ with the same objects. */

@@ -7,10 +7,12 @@
  *   1. the arguments alone, no CUDA call (check_call): no NULL pointer, sizes >= 1, the flags 0 or 1,
  *      the scale and dtype, H_kv dividing H, D at most ATTN_MAX_D, cu_seqlens both or neither, no
  *      negative stride, alignment, every tensor's span within 64 bits, no output sharing a byte with
- *      an input or another output;
+ *      an input or another output (with cu_seqlens, whose total is on the device: the spans bounded
+ *      by B * N rows, the overlap judged on each tensor's first row of every head);
  *   2. the stage: a named one's own limits (its head dims, N, B*H), what it takes of the problem's
- *      extensions (H_kv != H, N_k != N, cu_seqlens, strides) and of the call (an LSE, determinism, the
- *      workspace), then the GPU it needs; with no name, the first stage of the list that this GPU
+ *      extensions (H_kv != H, N_k != N, cu_seqlens, strides) and of the call (an LSE, determinism),
+ *      its own rules for strides (stage 06: stage06_check_layout), the workspace, then the GPU it
+ *      needs; with no name, the first stage of the list that this GPU
  *      runs and that takes the problem (the refusal of the last one tried when none does);
  *   3. the runtime: every pointer memory of the current device; for a stage that reads
  *      cudaGetLastError() after its launches, no error pending from an earlier call;
@@ -57,7 +59,8 @@ typedef struct {
 
 typedef struct {
     const attn_problem *p;
-    operand op[MAX_OPERANDS]; /* the inputs first, then the outputs */
+    operand op[MAX_OPERANDS]; /* the tensors and spans, inputs first, then the outputs, then (a forward)
+                                 cu_seqlens_q and _k: op[0..4] are q, k, v, o, lse wherever read by index */
     int n;
     int deterministic; /* the backward's flag (the forward has none: 0) */
     int forward;
@@ -87,6 +90,11 @@ static uint64_t lse_bytes(const attn_problem *p) {
     return rows < 0 || rows > INT64_MAX / 4 ? 0 : (uint64_t)rows * 4;
 }
 
+/* The LSE's bytes for the overlap check: all of them, or with cu_seqlens (the LSE [H, total_q], the
+ * total on the device) its first float, what it certainly covers (the overflow check bounds it by
+ * lse_bytes all the same). */
+static uint64_t lse_span(const attn_problem *p) { return p->cu_seqlens_q ? 4 : lse_bytes(p); }
+
 static call forward_call(const attn_forward_args *a) {
     const attn_problem *p = &a->p;
     call c = {p, {{0}}, 0, 0, 1};
@@ -94,7 +102,11 @@ static call forward_call(const attn_forward_args *a) {
     add_tensor(&c, "k", &a->k, p->H_kv, p->N_k, 0);
     add_tensor(&c, "v", &a->v, p->H_kv, p->N_k, 0);
     add_tensor(&c, "o", &a->o, p->H, p->N, 1);
-    add_span(&c, "lse", a->lse, lse_bytes(p), 4, 1, 1);
+    add_span(&c, "lse", a->lse, lse_span(p), 4, 1, 1);
+    /* read by the kernel: device memory of the current device, sharing no byte with an output */
+    const uint64_t cu_bytes = p->B >= 1 && p->B < INT64_MAX / 4 ? (uint64_t)(p->B + 1) * 4 : 0;
+    add_span(&c, "cu_seqlens_q", p->cu_seqlens_q, cu_bytes, 4, 0, 1);
+    add_span(&c, "cu_seqlens_k", p->cu_seqlens_k, cu_bytes, 4, 0, 1);
     return c;
 }
 
@@ -105,7 +117,7 @@ static call backward_call(const attn_backward_args *a) {
     add_tensor(&c, "k", &a->k, p->H_kv, p->N_k, 0);
     add_tensor(&c, "v", &a->v, p->H_kv, p->N_k, 0);
     add_tensor(&c, "o", &a->o, p->H, p->N, 0);
-    add_span(&c, "lse", a->lse, lse_bytes(p), 4, 0, 0);
+    add_span(&c, "lse", a->lse, lse_span(p), 4, 0, 0);
     add_tensor(&c, "d_o", &a->d_o, p->H, p->N, 0);
     add_tensor(&c, "dq", &a->dq, p->H, p->N, 1);
     add_tensor(&c, "dk", &a->dk, p->H_kv, p->N_k, 1);
@@ -117,18 +129,23 @@ static call backward_call(const attn_backward_args *a) {
 /* ---- 1. the arguments alone -------------------------------------------------------------------- */
 
 /* The bytes from a tensor's first element to one past its last (all strides 0: contiguous), or 0 when
- * they overflow 64 bits. Sizes >= 1 and strides >= 0 (checked before). */
+ * they overflow 64 bits. Sizes >= 1 and strides >= 0 (checked before). With cu_seqlens the sequences
+ * are packed along the rows of one batch, and the total lives on the device: each sequence has at most
+ * N (N_k) rows, so B * N bounds the rows. */
 static uint64_t tensor_bytes(const attn_problem *p, const operand *x) {
     const attn_tensor *t = x->t;
+    const int packed = p->cu_seqlens_q != NULL;
+    const int64_t batch = packed ? 1 : p->B, rows = packed ? mul_add(p->B, x->rows, 0) : x->rows;
     int64_t elems;
+    if (rows < 0) return 0;
     if (t->stride_b == 0 && t->stride_h == 0 && t->stride_n == 0) {
-        elems = mul_add(p->B, x->heads, 0);
-        elems = elems < 0 ? -1 : mul_add(elems, x->rows, 0);
+        elems = mul_add(batch, x->heads, 0);
+        elems = elems < 0 ? -1 : mul_add(elems, rows, 0);
         elems = elems < 0 ? -1 : mul_add(elems, p->D, 0);
     } else { /* the last element's offset, plus one */
-        elems = mul_add(p->B - 1, t->stride_b, p->D);
+        elems = mul_add(batch - 1, t->stride_b, p->D);
         elems = elems < 0 ? -1 : mul_add(x->heads - 1, t->stride_h, elems);
-        elems = elems < 0 ? -1 : mul_add(x->rows - 1, t->stride_n, elems);
+        elems = elems < 0 ? -1 : mul_add(rows - 1, t->stride_n, elems);
     }
     return elems < 0 || elems > INT64_MAX / 2 ? 0 : (uint64_t)elems * 2;
 }
@@ -234,7 +251,16 @@ static attn_status check_alignment(const call *c) {
     return ATTN_OK;
 }
 
-static uint64_t span_of(const call *c, const operand *x) { return x->t ? tensor_bytes(c->p, x) : x->bytes; }
+/* The bytes an operand certainly covers, for the overlap check. With cu_seqlens the packed row count is
+ * on the device: a tensor covers at least its first row of every head (a span from the bound B * N would
+ * refuse an O allocated right after a Q of fewer rows), the LSE its first float (lse_span). */
+static uint64_t span_of(const call *c, const operand *x) {
+    if (!x->t) return x->bytes;
+    if (!c->p->cu_seqlens_q) return tensor_bytes(c->p, x);
+    const int64_t stride_h = x->t->stride_h ? x->t->stride_h : x->rows * c->p->D;
+    const int64_t elems = mul_add(x->heads - 1, stride_h, c->p->D);
+    return elems < 0 || elems > INT64_MAX / 2 ? tensor_bytes(c->p, x) : (uint64_t)elems * 2;
+}
 
 /* An output that shares a byte with an input or an earlier output races with the blocks that still
  * read it (o over k: other blocks read the keys this block's O overwrites). Inputs may share memory:
@@ -244,9 +270,10 @@ static attn_status check_overlap(const call *c) {
         const operand *out = &c->op[x];
         if (!out->output || out->data == NULL) continue;
         const uintptr_t a = (uintptr_t)out->data, na = span_of(c, out);
-        for (int y = 0; y < x; y++) {
+        for (int y = 0; y < c->n; y++) {
             const operand *in = &c->op[y];
-            if (in->data == NULL) continue;
+            /* every input (the forward's cu_seqlens come after the outputs), and the outputs before x */
+            if (in->data == NULL || y == x || (in->output && y > x)) continue;
             const uintptr_t b = (uintptr_t)in->data, nb = span_of(c, in);
             /* [a, a + na) and [b, b + nb) meet; written without a + na, which may wrap */
             if ((a >= b ? a - b < nb : b - a < na))
@@ -274,15 +301,17 @@ static attn_status check_call(const call *c, int with_pointers) {
 
 #ifdef ATTN_HAVE_CUDA
 
-/* What a stage takes beyond plain attention (contiguous [B, H, N, D], H_kv == H, N_k == N). None yet:
- * issue 56 part B teaches the stages, each flipping its bits here. */
+/* What a stage takes beyond plain attention (contiguous [B, H, N, D], H_kv == H, N_k == N): stage 06
+ * all four (issue 56); 07-09 and the backward none yet. */
 enum { TAKES_GQA = 1, TAKES_SEQ_K = 2, TAKES_VARLEN = 4, TAKES_STRIDES = 8 };
 
 typedef struct {
     const char *id;
     attn_status (*run)(const attn_problem *p, const attn_args *a);
     attn_status (*limits)(const attn_problem *p); /* the stage's own, no CUDA call */
-    attn_status (*device)(void);                  /* may the current GPU run it? */
+    /* a stage that takes strides: its own rules for them (multiples, bounds), no CUDA call; NULL: none */
+    attn_status (*layout)(const attn_problem *p, const attn_strides *const s[4]);
+    attn_status (*device)(void); /* may the current GPU run it? */
     unsigned takes;
     int needs_lse;     /* a forward that always writes the LSE */
     int deterministic; /* a backward whose dQ is bitwise repeatable */
@@ -337,10 +366,24 @@ static attn_status check_takes(const lib_stage *s, const call *c) {
     return ATTN_OK;
 }
 
+/* The call's tensors 0..3 (q, k, v, o of a forward) as a stage's layout rules see them. */
+static attn_status check_layout(const lib_stage *s, const call *c) {
+    if (!s->layout || !c->forward) return ATTN_OK;
+    attn_strides st[4];
+    const attn_strides *ptr[4];
+    for (int i = 0; i < 4; i++) {
+        const attn_tensor *t = c->op[i].t;
+        st[i] = (attn_strides){t->stride_b, t->stride_h, t->stride_n};
+        ptr[i] = &st[i];
+    }
+    return s->layout(c->p, ptr);
+}
+
 /* The stage's limits and what it takes, then (for a call with pointers) the workspace it needs. */
 static attn_status check_stage(const lib_stage *s, const call *c, int with_pointers) {
     attn_status st = s->limits(c->p);
     if (st == ATTN_OK) st = check_takes(s, c);
+    if (st == ATTN_OK) st = check_layout(s, c);
     if (st != ATTN_OK || !with_pointers || !s->workspace) return st;
     const size_t need = s->workspace(c->p);
     const operand *w = &c->op[c->n - 1];
@@ -386,10 +429,11 @@ static attn_status hopper_limits(const attn_problem *p) { return hop_check_limit
  * 09 ran 1.2-1.8x 06 at every bench shape and above 07 and 08 wherever it runs (README's table), and
  * 07 and 08 take no problem 09 refuses, so they are reached by name only. */
 static const lib_stage forward_stages[] = {
-    {"09", stage09_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0, 0},
-    {"08", stage08_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0, 0},
-    {"07", stage07_run, hopper_limits, hop_check_device, 0, 1, 0, NULL, 0, 0},
-    {"06", stage06_run, stage06_check_limits, device_sm80, 0, 0, 0, NULL, 0, 0},
+    {"09", stage09_run, hopper_limits, NULL, hop_check_device, 0, 1, 0, NULL, 0, 0},
+    {"08", stage08_run, hopper_limits, NULL, hop_check_device, 0, 1, 0, NULL, 0, 0},
+    {"07", stage07_run, hopper_limits, NULL, hop_check_device, 0, 1, 0, NULL, 0, 0},
+    {"06", stage06_run, stage06_check_limits, stage06_check_layout, device_sm80,
+     TAKES_GQA | TAKES_SEQ_K | TAKES_VARLEN | TAKES_STRIDES, 0, 0, NULL, 0, 0},
 };
 /* The backward stages, fastest first within each kind of call: 14, then 13, for one that may sum dQ
  * in any order; 13d for a deterministic one (14d by name only). On the H100 (history/backward.md, the run at
@@ -398,10 +442,12 @@ static const lib_stage forward_stages[] = {
  * only. 14 is sm_90 code at D = 64 and 128: every other call falls to 13, the broadest, whose refusal
  * stands when none takes it. One workspace layout serves both (kit/backward_workspace.h). */
 static const lib_stage backward_stages[] = {
-    {"14", stage14_run, stage14_check_limits, device_sm90_backward, 0, 0, 0, stage14_workspace_bytes, 1, 0},
-    {"13", stage13_run, stage13_check_limits, device_sm80, 0, 0, 0, stage13_workspace_bytes, 1, 0},
-    {"13d", stage13d_run, stage13_check_limits, device_sm80, 0, 0, 1, stage13_workspace_bytes, 1, 0},
-    {"14d", stage14d_run, stage14_check_limits, device_sm90_backward, 0, 0, 1, stage14_workspace_bytes, 1, 1},
+    {"14", stage14_run, stage14_check_limits, NULL, device_sm90_backward, 0, 0, 0, stage14_workspace_bytes, 1,
+     0},
+    {"13", stage13_run, stage13_check_limits, NULL, device_sm80, 0, 0, 0, stage13_workspace_bytes, 1, 0},
+    {"13d", stage13d_run, stage13_check_limits, NULL, device_sm80, 0, 0, 1, stage13_workspace_bytes, 1, 0},
+    {"14d", stage14d_run, stage14_check_limits, NULL, device_sm90_backward, 0, 0, 1, stage14_workspace_bytes,
+     1, 1},
 };
 #define NUM_FORWARD ((int)(sizeof forward_stages / sizeof forward_stages[0]))
 #define NUM_BACKWARD ((int)(sizeof backward_stages / sizeof backward_stages[0]))
@@ -543,13 +589,21 @@ static attn_status query_stage(const call *c, int backward, const char *want, in
 attn_status attn_forward(const attn_forward_args *a, const char *stage, void *stream) {
     if (a == NULL) return attn_fail(ATTN_EINVAL, "a: must point to the arguments, not NULL");
     const call c = forward_call(a);
+    /* the strides and the device cu_seqlens as the caller gave them: a stage that takes none was refused
+     * them in the check (check_takes) */
     const attn_args args = {.q = a->q.data,
                             .k = a->k.data,
                             .v = a->v.data,
                             .o = a->o.data,
                             .lse = a->lse,
                             .stream = stream,
-                            .gpus = 1};
+                            .gpus = 1,
+                            .q_stride = {a->q.stride_b, a->q.stride_h, a->q.stride_n},
+                            .k_stride = {a->k.stride_b, a->k.stride_h, a->k.stride_n},
+                            .v_stride = {a->v.stride_b, a->v.stride_h, a->v.stride_n},
+                            .o_stride = {a->o.stride_b, a->o.stride_h, a->o.stride_n},
+                            .cu_seqlens_q_dev = a->p.cu_seqlens_q,
+                            .cu_seqlens_k_dev = a->p.cu_seqlens_k};
     return run_call(&c, 0, stage, &args);
 }
 

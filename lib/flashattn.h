@@ -7,8 +7,10 @@
  *   dQ, dK, dV = the gradients of a loss L given O, LSE and dO = dL/dO (FlashAttention-2's Algorithm 2)
  *
  * attn_forward() runs, unless told which, the fastest stage of the suite that this GPU runs for the
- * problem: stage 09 on an sm_90 GPU (H100, H200) at the head dims it takes (64, 128, 256), stage 06
- * on every other sm_80 or newer GPU and at the other head dims (32, 96). attn_backward() runs stage 14
+ * problem: stage 09 on an sm_90 GPU (H100, H200) at the head dims it takes (64, 128, 256) for
+ * contiguous tensors with H_kv == H, N_k == N and no cu_seqlens; stage 06 on every other sm_80 or
+ * newer GPU, at the other head dims (32, 96), and for the shapes 09 does not take yet (grouped-query
+ * heads, N_k != N, cu_seqlens, strided tensors). attn_backward() runs stage 14
  * on an sm_90 GPU at head dims 64 and 128, stage 13 everywhere else, and 13d when deterministic. Below
  * sm_80 both refuse (ATTN_EUNSUPPORTED, "device: ... (got sm_75)"); with no GPU or driver, ATTN_ENODEV
  * ("no CUDA device ..."). A stage named by its id ("06", "07", "08", "09"; "14", "13", "13d", "14d")
@@ -76,10 +78,16 @@ typedef enum {
  * scale 1/sqrt(D), fp16 and no variable lengths; set the rest after it.
  * Variable-length batches: cu_seqlens_q and cu_seqlens_k, both or neither, int32 device arrays of
  * B + 1 offsets (0 first): sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of
- * Q and O packed along N (their batch stride unused), N and N_k the longest sequence of each.
- * What the stages take today: H_kv == H, N_k == N, no cu_seqlens, contiguous tensors; the argument
- * check refuses the rest as ATTN_EUNSUPPORTED, naming the field (the fields exist so that the stages
- * can learn them without another change of this interface).
+ * Q and O packed along N (their batch stride unused), its keys likewise rows of K and V, N and N_k the
+ * longest sequence of each; the LSE is then [H, total_q] (total_q = cu_seqlens_q[B]). The tensors'
+ * strides must be given (stride_h and stride_n; FlashAttention's [total, heads, D] is stride_h D,
+ * stride_n heads*D): the contiguous head stride would need the total, which is on the device. A
+ * sequence may be empty; one with queries and no keys gets O = 0 and LSE = -inf.
+ * What the stages take today: stage 06 takes H_kv < H, N_k != N, cu_seqlens and strided tensors
+ * (every stride a multiple of 8 elements, row strides below 2^31); 07-09 and the backward stages
+ * take H_kv == H, N_k == N, no cu_seqlens, contiguous tensors, and refuse the rest as
+ * ATTN_EUNSUPPORTED, naming the field. Causal with N > N_k: query i < N - N_k sees no key, and its O
+ * is 0 and its LSE -inf.
  */
 typedef struct {
     int64_t B, H, N, D; /* batch, query heads, query rows, head dim */
@@ -96,7 +104,9 @@ attn_problem attn_problem_make(int64_t B, int64_t H, int64_t N, int64_t D, int c
 
 /* One tensor: its data and its element strides over batch, head and row. The D elements of a row are
  * contiguous. All three strides 0: contiguous row-major [B, heads, rows, D] (strides heads*rows*D,
- * rows*D, D); [B, N, H, D] is stride_b N*H*D, stride_h D, stride_n H*D. */
+ * rows*D, D); [B, N, H, D] is stride_b N*H*D, stride_h D, stride_n H*D; a slice of a packed
+ * [B, N, 3, H, D] QKV tensor is stride_b 3*N*H*D, stride_h D, stride_n 3*H*D. The stride of a dim of
+ * size 1 is never used. */
 typedef struct {
     void *data;
     int64_t stride_b, stride_h, stride_n;
@@ -106,8 +116,9 @@ typedef struct {
     attn_problem p;
     attn_tensor q, k, v; /* read */
     attn_tensor o;       /* written */
-    float *lse;          /* written, contiguous float32 [B, H, N]; may be NULL for stage 06 (the stages
-                            07-09 always write it, so NULL leaves them out of the choice) */
+    float *lse;          /* written, contiguous float32 [B, H, N] ([H, total_q] with cu_seqlens); may be
+                            NULL for stage 06 (the stages 07-09 always write it, so NULL leaves them out
+                            of the choice) */
 } attn_forward_args;
 
 typedef struct {

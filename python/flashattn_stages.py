@@ -38,7 +38,7 @@ __all__ = ["forward", "backward", "attention", "forward_stage", "stages", "libra
 # (dims_hopper, SM90_ONLY); test_head_dims_agree_with_the_registry keeps the two from drifting.
 # forward() refuses another D before anything is allocated or loaded; python/README.md has the table.
 STAGES = {
-    "06": ((32, 64, 96, 128, 256), "sm_80 or newer"),
+    "06": ((32, 64, 80, 96, 128, 192, 256), "sm_80 or newer"),
     "07": ((64, 128, 256), "sm_90 (H100, H200) only"),
     "08": ((64, 128, 256), "sm_90 (H100, H200) only"),
     "09": ((64, 128, 256), "sm_90 (H100, H200) only"),

@@ -368,7 +368,7 @@ def test_causal_takes_bools_0_1_and_numpy_scalars(monkeypatch):
 
 # The head dims of the C side, written out again here (06_fa2_full/stage06.h; kit/hopper_host.c), so
 # that a wrong STAGES table fails too.
-C_HEAD_DIMS = {"06": (32, 64, 96, 128, 256), "07": (64, 128, 256), "08": (64, 128, 256), "09": (64, 128, 256)}
+C_HEAD_DIMS = {"06": (32, 64, 80, 96, 128, 192, 256), "07": (64, 128, 256), "08": (64, 128, 256), "09": (64, 128, 256)}
 
 
 @pytest.mark.parametrize("stage", ["06", "07", "08", "09"])
@@ -421,9 +421,9 @@ def test_the_default_stage_is_the_librarys_choice(monkeypatch):
     fa.forward(q, k, v, out=(out_for((2, 3, 17, 64))[0], None))
     assert lib.calls[-1][4] is None and lib.calls[-1][13] is None
     n = len(lib.loads)
-    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 80 is unsupported by every forward stage: their "
-                                         r"head dims are 32, 64, 96, 128, 256"):
-        call(D=80, stage=None)
+    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 72 is unsupported by every forward stage: their "
+                                         r"head dims are 32, 64, 80, 96, 128, 192, 256"):
+        call(D=72, stage=None)
     assert len(lib.loads) == n
 
 
@@ -608,9 +608,9 @@ def test_refusals_on_torch_tensors():
     flat = torch.empty(q.numel() + 1, device="cuda", dtype=torch.float16)
     with pytest.raises(ValueError, match="k must start on a 16-byte boundary"):
         fa.forward(q, flat[1:].view(q.shape), q)
-    q80 = torch.randn(1, 2, 64, 80, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 80 is unsupported by every forward stage"):
-        fa.forward(q80, q80, q80)
+    q72 = torch.randn(1, 2, 64, 72, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"D \(q's last dim\) = 72 is unsupported by every forward stage"):
+        fa.forward(q72, q72, q72)
     with pytest.raises(ValueError, match=r"call \.clone\(\)"):
         fa.forward(q, flat[1:].view(q.shape), q)
 
@@ -636,7 +636,7 @@ def test_forward_stage_is_the_fastest_here():
     """09 on an H100 or H200 at the head dims it takes and with an LSE; 06 everywhere else."""
     torch = gpu_or_skip()
     hopper = torch.cuda.get_device_capability() == (9, 0)
-    for D in (32, 64, 96, 128, 256):
+    for D in (32, 64, 80, 96, 128, 192, 256):
         q = torch.empty(2, 3, 100, D, device="cuda", dtype=torch.float16)
         assert fa.forward_stage(q) == ("09" if hopper and D in (64, 128, 256) else "06"), D
         assert fa.forward_stage(q, lse=False) == "06", D

@@ -68,6 +68,11 @@ static void usage(FILE *f, const char *prog) {
             "                    (100,37,512): B is their count, N the longest, queries and keys\n"
             "                    alike, packed (Q, O [H, total, D]; LSE [H, total]). Not with --batch,\n"
             "                    --seq, --seq-k, --load, --save or --trace-row\n"
+            "  --layout L        how Q, K, V and O lie in GPU memory: bhnd, [B, H, N, D] contiguous\n"
+            "                    (default), or bnhd, [B, N, H, D] as PyTorch and FlashAttention keep\n"
+            "                    them ([total, H, D] with --varlen); the inputs, the reference and\n"
+            "                    --save stay [B, H, N, D]. A stage that takes only bhnd refuses bnhd,\n"
+            "                    naming those that take it\n"
             "  --causal          query i sees keys 0..i only (0..i + N_k - N: the mask aligned to the\n"
             "                    bottom right; a row that sees no key has O = 0 and LSE = -inf)\n"
             "  --scale S         score scale (default 1/sqrt(D)), a normal non-zero float32, small\n"
@@ -206,7 +211,8 @@ static void print_bytes(const attn_stage *s, const attn_problem *p, const attn_r
             b.hbm_read > 0 ? b.tile_read / b.hbm_read : 0.0);
 }
 
-static void print_result(const attn_stage *s, const attn_problem *p, const attn_result *r) {
+static void print_result(const attn_stage *s, const attn_problem *p, attn_layout layout,
+                         const attn_result *r) {
     if (s->max_gpus > 1)
         printf("stage    %s %s (%d x %s)\n", s->id, s->name, r->gpus, attn_gpu_name());
     else
@@ -218,6 +224,8 @@ static void print_result(const attn_stage *s, const attn_problem *p, const attn_
     if (p->cu_seqlens_q) /* N is the longest sequence */
         printf("varlen (%lld sequences, %lld rows a head) ", (long long)p->B,
                (long long)p->cu_seqlens_q[p->B]);
+    if (layout != ATTN_LAYOUT_BHND) /* on the GPU; the check saw [B, H, N, D] */
+        printf("layout=%s ", attn_layout_name(layout));
     printf("%s %s scale=%g\n", p->causal ? "causal" : "non-causal", attn_dtype_name(p->dtype),
            (double)p->scale);
     const int backward = s->pass != ATTN_FORWARD;
@@ -353,6 +361,7 @@ typedef struct {
     long long H_kv, N_k;     /* --kv-heads, --seq-k; 0: not given (H and N) */
     unsigned shape_given;    /* a bit per shape flag given, in int_flags' order */
     const char *varlen;      /* --varlen: the sequence lengths, "100,37,512"; NULL: none */
+    attn_layout layout;      /* --layout: Q, K, V and O on the GPU (default bhnd) */
 } cli;
 
 /* 1 (with the message printed) when flag a was given before: the later value would silently replace
@@ -362,7 +371,7 @@ static int given_twice(const char *a, unsigned *seen) {
                                        "--causal",   "--scale",  "--dtype",       "--gpus",    "--seed",
                                        "--init",     "--repeat", "--warmup",      "--check",   "--check-rows",
                                        "--load",     "--save",   "--save-inputs", "--forward", "--trace-row",
-                                       "--kv-heads", "--seq-k",  "--varlen"};
+                                       "--kv-heads", "--seq-k",  "--varlen",      "--layout"};
     for (unsigned f = 0; f < sizeof once / sizeof once[0]; f++) {
         if (strcmp(a, once[f])) continue;
         if (*seen & (1u << f)) return bad("%s given twice", a), 1;
@@ -526,6 +535,13 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
                        "magnitude, written in decimal (0.125, -0.5, 1e-3) (got '%s')",
                        (double)FLT_MIN, (double)FLT_MAX, val);
         c->have_scale = 1;
+    } else if (!strcmp(a, "--layout")) {
+        if (!strcmp(val, "bhnd"))
+            c->layout = ATTN_LAYOUT_BHND;
+        else if (!strcmp(val, "bnhd"))
+            c->layout = ATTN_LAYOUT_BNHD;
+        else
+            return bad("--layout must be bhnd or bnhd (got '%s')", val);
     } else if (!strcmp(a, "--dtype")) {
         if (!strcmp(val, "fp16"))
             c->dtype = ATTN_F16;
@@ -545,8 +561,8 @@ static int parse_text_flag(cli *c, const char *a, const char *val) {
 }
 
 static int is_text_flag(const char *a) {
-    static const char *const text[] = {"--stage", "--load", "--save",    "--scale",
-                                       "--dtype", "--init", "--forward", "--varlen"};
+    static const char *const text[] = {"--stage", "--load",    "--save",   "--scale", "--dtype",
+                                       "--init",  "--forward", "--varlen", "--layout"};
     for (unsigned f = 0; f < sizeof text / sizeof text[0]; f++)
         if (!strcmp(a, text[f])) return 1;
     return 0;
@@ -856,6 +872,7 @@ static int find_stages(const cli *c, const attn_stage **s, const attn_stage **f)
     }
     if (attn_stage_gpus_ok(*s, (int)c->gpus) != ATTN_OK) return bad("%s", attn_last_error());
     if (c->trace_row >= 0 && !(*s)->traces) return attn_trace_refused(*s), bad("%s", attn_last_error());
+    if (attn_stage_takes_layout(*s, c->layout) != ATTN_OK) return bad("%s", attn_last_error());
     if (!c->forward_key) return -1;
     if ((*s)->pass == ATTN_FORWARD)
         return bad(
@@ -937,6 +954,7 @@ static attn_run_opts run_opts(const cli *c, const attn_stage *s, const attn_stag
     opt.seed = (uint64_t)c->seed;
     opt.gpus = (int)c->gpus;
     opt.forward = f;
+    opt.layout = c->layout;
     return opt;
 }
 
@@ -997,7 +1015,7 @@ static int run(const cli *c) {
             rc = (st == ATTN_EINVAL || st == ATTN_EUNSUPPORTED) ? EXIT_USAGE : EXIT_FAIL;
         } else {
             if (tracing) trace_end(&in, out[0], c->trace_row);
-            print_result(s, &p, &r);
+            print_result(s, &p, c->layout, &r);
             const void *data[SAVE_FILES] = {out[0], out[1], out[0], out[1], out[2], in.q, in.k, in.v, in.d_o};
             if (c->save_dir) rc = save_commit(c, s, &in, dirfd, data);
             if (r.checked && (backward ? print_check_backward(s, &r) : print_check(s, p.D, &r)) != 0)
@@ -1029,8 +1047,36 @@ static int guard_std_fds(void) {
 
 int main(int argc, char **argv) {
     if (guard_std_fds() != 0) return EXIT_FAIL;
-    cli c = {NULL, NULL, NULL, 2, 8, 1024, 64,   1,  -1, -1, 256, 0,   0, 0, 0.0, ATTN_F16, ATTN_INIT_NORMAL,
-             NULL, NULL, 0,    0, 0, 0,    NULL, -1, 0,  0,  0,   NULL};
+    cli c = {NULL,
+             NULL,
+             NULL,
+             2,
+             8,
+             1024,
+             64,
+             1,
+             -1,
+             -1,
+             256,
+             0,
+             0,
+             0,
+             0.0,
+             ATTN_F16,
+             ATTN_INIT_NORMAL,
+             NULL,
+             NULL,
+             0,
+             0,
+             0,
+             0,
+             NULL,
+             -1,
+             0,
+             0,
+             0,
+             NULL,
+             ATTN_LAYOUT_BHND};
     int rc;
     if (argc == 1) {
         usage(stderr, argv[0]);

@@ -147,7 +147,11 @@ typedef struct {
 typedef struct {
     void *q, *k, *v, *o, *ws, *flush;
     void *d_o, *dq, *dk, *dv; /* a backward stage's dO (read) and gradients (written) */
-    size_t in_bytes, lse_bytes, ws_bytes; /* each of Q, K, V and O; LSE; the stage's workspace */
+    int32_t *cu_q, *cu_k;     /* device copies of cu_seqlens_q and _k, or NULL */
+    uint16_t *o_raw;          /* --layout bnhd: the first run's O as the device holds it, before the
+                                 transpose back to [B, H, N, D] (the repeatability compare reads it) */
+    size_t in_bytes, lse_bytes, ws_bytes; /* each of Q and O; LSE; the stage's workspace */
+    size_t kv_bytes;                      /* each of K and V: [B, H_kv, N_k, D] (packed: H_kv x total_k) */
     size_t flush_bytes;
     float *lse;
     cudaStream_t stream;
@@ -169,9 +173,9 @@ static struct {
     float *l2;
 } held;
 
-static int inputs_are_held(const attn_inputs *in) {
+static int inputs_are_held(const attn_inputs *in, const attn_run_opts *opt) {
     int dev = -1;
-    return held.q && in->q == held.hq && in->k == held.hk && in->v == held.hv &&
+    return held.q && opt->layout == ATTN_LAYOUT_BHND && in->q == held.hq && in->k == held.hk && in->v == held.hv &&
            attn_qkv_elems(&in->p) == held.elems && attn_rows(&in->p) == held.rows &&
            cudaGetDevice(&dev) == cudaSuccess && dev == held.dev;
 }
@@ -216,6 +220,8 @@ static void gpu_release(gpu_bufs *b) {
     if (b->have_stream) cudaStreamDestroy(b->stream);
     if (!b->held_qkv) cudaFree(b->q), cudaFree(b->k), cudaFree(b->v);
     cudaFree(b->o), cudaFree(b->lse), cudaFree(b->ws);
+    cudaFree(b->cu_q), cudaFree(b->cu_k);
+    free(b->o_raw);
     cudaFree(b->d_o), cudaFree(b->dq), cudaFree(b->dk), cudaFree(b->dv);
     cudaFree(b->flush);
     cudaGetLastError(); /* a failed run must not poison the next one's error checks */
@@ -249,20 +255,45 @@ static attn_status upload(void **dev, const void *host, size_t bytes) {
     return ATTN_OK;
 }
 
+/* The batch, heads and rows of a head of Q (kv 0) or K and V (kv 1) as the layouts see them: packed
+ * sequences are one batch of total rows. */
+static void tensor_dims(const attn_problem *p, int kv, int64_t *outer, int64_t *heads, int64_t *rows) {
+    const int32_t *cu = kv ? p->cu_seqlens_k : p->cu_seqlens_q;
+    *outer = cu ? 1 : p->B;
+    *heads = kv ? p->H_kv : p->H;
+    *rows = cu ? cu[p->B] : kv ? p->N_k : p->N;
+}
+
+/* upload() of a [B, heads, rows, D] host tensor into the run's layout: transposed to [B, rows, heads,
+ * D] through a host copy for BNHD. */
+static attn_status upload_tensor(void **dev, const uint16_t *host, size_t bytes, const attn_problem *p, int kv,
+                                 attn_layout layout) {
+    if (layout == ATTN_LAYOUT_BHND) return upload(dev, host, bytes);
+    int64_t outer, heads, rows;
+    tensor_dims(p, kv, &outer, &heads, &rows);
+    uint16_t *t = attn_alloc(bytes);
+    if (!t) return attn_fail(ATTN_ENOMEM, "cannot allocate host memory to transpose the inputs to --layout bnhd");
+    attn_transpose_heads(t, host, outer, heads, rows, p->D);
+    const attn_status st = upload(dev, t, bytes);
+    free(t);
+    return st;
+}
+
 /* Fit first, allocate second: the naive stages' scratch grows as N^2 and a framework simply crashes
  * when it does not fit; here the run is refused with the numbers. Sizes into b, Q, K, V uploaded (or
  * the held copies taken), O and LSE allocated (a backward stage: uploaded from o and lse, with dO, and
  * dQ, dK, dV allocated), the stream and the events made; the workspace comes later. */
-static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, const uint16_t *o, const float *lse,
-                                    attn_result *res, gpu_bufs *b) {
+static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
+                                    const uint16_t *o, const float *lse, attn_result *res, gpu_bufs *b) {
     const attn_problem *p = &in->p;
     const int backward = s->pass != ATTN_FORWARD;
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
-    /* No GPU stage takes GQA or N_k != N yet (the registry refuses them first): the buffers below are
-     * sized for K and V of Q's shape, so a problem with others must not get this far and overread. */
-    if (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q)
-        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: the GPU runs take H_kv == H, N_k == N, no cu_seqlens", s->id);
+    /* No backward GPU stage takes GQA, N_k != N or cu_seqlens (the registry refuses them first): its
+     * gradient buffers below are sized for K and V of Q's shape, so such a problem must not get this far. */
+    if (backward && (p->H_kv != p->H || p->N_k != p->N || p->cu_seqlens_q))
+        return attn_fail(ATTN_EUNSUPPORTED, "stage %s: the backward GPU runs take H_kv == H, N_k == N, no cu_seqlens",
+                         s->id);
     /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 8 * in_bytes
      * would wrap past 2^64 and pass the fit check below. Up to 2^59 elements nothing wraps:
      * 8 * 2^60 + 4 * 2^59 bytes < 2^64. */
@@ -271,6 +302,8 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
         return attn_fail(ATTN_ENOMEM, "the tensors would need %.3g EiB of device memory (%.3g elements"
                          " per tensor; limit 2^59)", ((backward ? 8.0 : 4.0) * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
     b->in_bytes = (size_t)attn_qkv_elems(p) * 2, b->lse_bytes = (size_t)attn_rows(p) * 4;
+    b->kv_bytes = (size_t)attn_kv_elems(p) * 2;
+    const size_t cu_bytes = p->cu_seqlens_q ? 2 * (size_t)(p->B + 1) * 4 : 0;
     b->ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
     st = attn_gpu_available();
     if (st != ATTN_OK)
@@ -278,9 +311,10 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
 
     size_t free_b = 0, total_b = 0;
     ATTN_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    res->inputs_held = b->held_qkv = inputs_are_held(in);
+    res->inputs_held = b->held_qkv = inputs_are_held(in, opt);
     /* held: Q, K and V are there already; a backward stage adds dO and its three gradients */
-    const size_t io_bytes = ((b->held_qkv ? 1 : 4) + (backward ? 4 : 0)) * b->in_bytes + b->lse_bytes;
+    const size_t io_bytes = ((b->held_qkv ? 1 : 2) + (backward ? 4 : 0)) * b->in_bytes +
+                            (b->held_qkv ? 0 : 2 * b->kv_bytes) + b->lse_bytes + cu_bytes;
     const char *io_what = backward ? (b->held_qkv ? "O, LSE, dO, dQ, dK and dV" : "Q, K, V, O, LSE, dO, dQ, dK and dV")
                                    : (b->held_qkv ? "O and LSE" : "Q, K, V, O and LSE");
     if (io_bytes > free_b) return attn_fail(ATTN_ENOMEM, "%s need %.2f GiB, %.2f GiB free", io_what, GIB(io_bytes), GIB(free_b));
@@ -291,10 +325,14 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
     if (b->held_qkv) {
         b->q = held.q, b->k = held.k, b->v = held.v;
     } else {
-        if ((st = upload(&b->q, in->q, b->in_bytes)) != ATTN_OK || (st = upload(&b->k, in->k, b->in_bytes)) != ATTN_OK ||
-            (st = upload(&b->v, in->v, b->in_bytes)) != ATTN_OK)
+        if ((st = upload_tensor(&b->q, in->q, b->in_bytes, p, 0, opt->layout)) != ATTN_OK ||
+            (st = upload_tensor(&b->k, in->k, b->kv_bytes, p, 1, opt->layout)) != ATTN_OK ||
+            (st = upload_tensor(&b->v, in->v, b->kv_bytes, p, 1, opt->layout)) != ATTN_OK)
             return st;
     }
+    if (p->cu_seqlens_q && ((st = upload((void **)&b->cu_q, p->cu_seqlens_q, (size_t)(p->B + 1) * 4)) != ATTN_OK ||
+                            (st = upload((void **)&b->cu_k, p->cu_seqlens_k, (size_t)(p->B + 1) * 4)) != ATTN_OK))
+        return st;
     if ((st = upload(&b->o, backward ? o : NULL, b->in_bytes)) != ATTN_OK ||
         (st = upload((void **)&b->lse, backward ? lse : NULL, b->lse_bytes)) != ATTN_OK)
         return st;
@@ -413,16 +451,39 @@ static void set_outputs(const attn_stage *s, void *const host[3], gpu_bufs *b) {
 static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt, attn_result *res,
                             const uint16_t *o, const float *lse, void *const host[3], gpu_bufs *b) {
     size_t free_before = 0;
-    attn_status st = fit_and_allocate(s, in, o, lse, res, b);
+    attn_status st = fit_and_allocate(s, in, opt, o, lse, res, b);
     if (st == ATTN_OK && opt->cold_l2) st = alloc_flush(b);
     if (st == ATTN_OK) st = alloc_workspace(s, b, &free_before);
     if (st != ATTN_OK) return st;
-    set_outputs(s, host, b);
+    const attn_problem *p = &in->p;
+    /* --layout bnhd: the first run's O comes back as the device holds it, into o_raw, and is transposed
+     * to [B, H, N, D] for the check after the run */
+    void *const o_first = host[0];
+    void *staged[3] = {host[0], host[1], host[2]};
+    if (opt->layout != ATTN_LAYOUT_BHND && host[0]) {
+        if (!(b->o_raw = attn_alloc(b->in_bytes)))
+            return attn_fail(ATTN_ENOMEM, "cannot allocate host memory to transpose O back from --layout %s",
+                             attn_layout_name(opt->layout));
+        staged[0] = b->o_raw;
+    }
+    set_outputs(s, staged, b);
     res->extra_bytes = b->ws_bytes;
-    const attn_args a = {.q = b->q, .k = b->k, .v = b->v, .o = b->o, .lse = b->lse, .workspace = b->ws,
-                         .stream = (void *)b->stream, .gpus = opt->gpus, .d_o = b->d_o, .dq = b->dq,
-                         .dk = b->dk, .dv = b->dv};
-    if ((st = first_run(s, &in->p, &a, free_before, res, b)) != ATTN_OK) return st;
+    attn_args a = {.q = b->q, .k = b->k, .v = b->v, .o = b->o, .lse = b->lse, .workspace = b->ws,
+                   .stream = (void *)b->stream, .gpus = opt->gpus, .d_o = b->d_o, .dq = b->dq,
+                   .dk = b->dk, .dv = b->dv, .cu_seqlens_q_dev = b->cu_q, .cu_seqlens_k_dev = b->cu_k};
+    if (s->takes & ATTN_TAKES_STRIDES) { /* the layout spelled out, contiguous included */
+        int64_t outer, heads, rows;
+        tensor_dims(p, 0, &outer, &heads, &rows);
+        a.q_stride = a.o_stride = attn_layout_strides(opt->layout, heads, rows, p->D, p->cu_seqlens_q != NULL);
+        tensor_dims(p, 1, &outer, &heads, &rows);
+        a.k_stride = a.v_stride = attn_layout_strides(opt->layout, heads, rows, p->D, p->cu_seqlens_k != NULL);
+    }
+    if ((st = first_run(s, p, &a, free_before, res, b)) != ATTN_OK) return st;
+    if (b->o_raw) {
+        int64_t outer, heads, rows;
+        tensor_dims(p, 0, &outer, &heads, &rows);
+        attn_transpose_heads(o_first, b->o_raw, outer, rows, heads, p->D);
+    }
     if ((st = timed_runs(s, &in->p, &a, opt, res, b)) != ATTN_OK) return st;
     res->identical = -1;
     return opt->check && res->runs > 0 ? compare_last_run(res, b) : ATTN_OK;

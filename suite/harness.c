@@ -298,7 +298,36 @@ attn_run_opts attn_run_opts_default(void) {
     o.gpus = 0;
     o.forward = NULL;
     o.trace = NULL;
+    o.layout = ATTN_LAYOUT_BHND;
     return o;
+}
+
+const char *attn_layout_name(attn_layout l) { return l == ATTN_LAYOUT_BNHD ? "bnhd" : "bhnd"; }
+
+attn_status attn_stage_takes_layout(const attn_stage *s, attn_layout l) {
+    char ids[256];
+    if (l == ATTN_LAYOUT_BHND || (s->takes & ATTN_TAKES_STRIDES)) return ATTN_OK;
+    return attn_fail(ATTN_EUNSUPPORTED, "--layout %s: stage %s takes contiguous [B, H, N, D] tensors only "
+                     "(--layout bhnd); the stages that take other layouts: %s", attn_layout_name(l), s->id,
+                     attn_stages_taking(ATTN_TAKES_STRIDES, ids, sizeof ids));
+}
+
+attn_strides attn_layout_strides(attn_layout l, int64_t heads, int64_t rows, int64_t D, int packed) {
+    attn_strides s;
+    if (l == ATTN_LAYOUT_BNHD)
+        s.b = rows * heads * D, s.h = D, s.n = heads * D;
+    else
+        s.b = heads * rows * D, s.h = rows * D, s.n = D;
+    if (packed) s.b = 0; /* sequences are rows: the batch stride is unused (stage.h) */
+    return s;
+}
+
+void attn_transpose_heads(uint16_t *dst, const uint16_t *src, int64_t outer, int64_t a, int64_t b, int64_t D) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < a; i++)
+            for (int64_t j = 0; j < b; j++)
+                memcpy(dst + ((o * b + j) * a + i) * D, src + ((o * a + i) * b + j) * D, (size_t)D * 2);
 }
 
 static double now_ms(void) {
@@ -400,6 +429,7 @@ attn_status attn_run(const attn_stage *s, const attn_inputs *in, const attn_run_
         return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
     if ((st = attn_stage_gpus_ok(s, opt->gpus)) != ATTN_OK) return st;
     if (opt->trace && !s->traces) return attn_trace_refused(s);
+    if ((st = attn_stage_takes_layout(s, opt->layout)) != ATTN_OK) return st;
     /* The default: every GPU present for a multi-GPU stage (a stage that cannot use that many says
      * so), one for the others. */
     attn_run_opts o_gpus = *opt;
@@ -481,6 +511,7 @@ static attn_status backward_ok(const attn_stage *s, const attn_stage *f, const a
     if (opt->repeat < 0 || opt->warmup < 0) return attn_fail(ATTN_EINVAL, "repeat and warmup must be >= 0");
     if ((st = attn_stage_gpus_ok(s, opt->gpus)) != ATTN_OK) return st;
     if (opt->trace && !s->traces) return attn_trace_refused(s);
+    if ((st = attn_stage_takes_layout(s, opt->layout)) != ATTN_OK) return st;
     if (!in->d_o)
         return attn_fail(ATTN_EINVAL, "stage %s is a backward stage: the inputs need dO (random, or do.npy with "
                          "--load)", s->id);

@@ -122,6 +122,25 @@ attn_status attn_check_grads(const attn_inputs *in, const uint16_t *o, const flo
 
 /* ---- one run ------------------------------------------------------------------------------ */
 
+/* The device layout of Q, K, V and O for a run (--layout). The inputs on the host stay [B, H, N, D]
+ * (with cu_seqlens packed [H, total, D]); the harness transposes them on the way to the GPU and O on
+ * the way back, and hands the stage the strides (attn_args). Only a stage with ATTN_TAKES_STRIDES takes
+ * anything but BHND. */
+typedef enum {
+    ATTN_LAYOUT_BHND = 0, /* [B, H, N, D], contiguous (packed: [H, total, D]) */
+    ATTN_LAYOUT_BNHD = 1, /* [B, N, H, D], PyTorch's and FlashAttention's (packed: [total, H, D]) */
+} attn_layout;
+const char *attn_layout_name(attn_layout l); /* "bhnd", "bnhd" */
+/* ATTN_OK when stage s takes layout l (BHND: every stage; the others: ATTN_TAKES_STRIDES), else
+ * ATTN_EUNSUPPORTED naming --layout and the stages that take it. */
+attn_status attn_stage_takes_layout(const attn_stage *s, attn_layout l);
+/* The element strides of a tensor of `heads` heads and `rows` rows a head (rows = total with cu_seqlens,
+ * `packed` 1) in layout l: {b, h, n}, never all zero, the batch stride 0 when packed. */
+attn_strides attn_layout_strides(attn_layout l, int64_t heads, int64_t rows, int64_t D, int packed);
+/* Copies src ([outer, a, b, D]) into dst as [outer, b, a, D]: BHND to BNHD with (B, H, N), and back with
+ * (B, N, H); packed tensors with outer = 1. */
+void attn_transpose_heads(uint16_t *dst, const uint16_t *src, int64_t outer, int64_t a, int64_t b, int64_t D);
+
 typedef struct {
     int warmup;         /* untimed runs before timing; default 2 */
     int repeat;         /* timed runs, the median is reported; default 10 */
@@ -138,6 +157,8 @@ typedef struct {
                                   attn_default_forward() */
     const attn_trace *trace;   /* --trace-row: passed to the stage's first run only (a stage with
                                   `traces`; attn_run refuses the others); NULL: none */
+    attn_layout layout;        /* how a GPU stage finds Q, K, V and O in device memory (--layout); the
+                                  reference and the check see [B, H, N, D] whatever it is */
 } attn_run_opts;
 
 typedef struct {

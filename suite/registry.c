@@ -68,8 +68,10 @@ static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 #define SM90_ONLY 1, 90, 90, "sm_90 (H100, H200)", 1
 #define SM80_UP_MULTI 1, 80, 0, "sm_80 or newer GPUs of one host, through NCCL", ATTN_MAX_GPUS
 
-/* What a stage takes beyond K and V of Q's shape (attn_stage.takes): nothing, for all but 06m. */
+/* What a stage takes beyond K and V of Q's shape (attn_stage.takes): nothing, for all but 06, 06m and 15m. */
 #define PLAIN 0u
+/* Stage 06: grouped-query heads, N_k != N, cu_seqlens and strided tensors (issue 56) */
+#define ANY_SHAPE (ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN | ATTN_TAKES_STRIDES)
 
 #define F16_ONLY ATTN_DTYPE_BIT(ATTN_F16)
 #define F16_BF16 (ATTN_DTYPE_BIT(ATTN_F16) | ATTN_DTYPE_BIT(ATTN_BF16))
@@ -128,7 +130,7 @@ const attn_stage attn_stages[] = {
     {"06", "06_fa2_full", "fa2_full",
      "FlashAttention-2: 06e with FA2's tiles per head dim (128 rows, 32 per warp; 16 at D = 256), bf16, D up to 256",
      SM80_UP, 1, F16_BF16, STAGE06_DIMS_TEXT, stage06_supports_dim, NULL, NULL, GPU_RUN(stage06_run), ATTN_FORWARD,
-     stage06_bytes, 0, "06_fa2_full/fa2_kernel.cuh", PLAIN},
+     stage06_bytes, 0, "06_fa2_full/fa2_kernel.cuh", ANY_SHAPE},
     {"06m", "06_fa2_full", "fa2_cpu",
      "stage 06's FA2 order, warp row slices, P in 16 bits and LSE as plain C on the CPU (a model)",
      CPU_ONLY, 1, F16_BF16, STAGE06_DIMS_TEXT, stage06_supports_dim, NULL, NULL, stage06m_run, ATTN_FORWARD,
@@ -244,7 +246,7 @@ const attn_stage attn_stages[] = {
 };
 const int attn_num_stages = (int)(sizeof attn_stages / sizeof attn_stages[0]);
 
-const int attn_test_dims[] = {1, 3, 32, 64, 80, 96, 128, 256};
+const int attn_test_dims[] = {1, 3, 32, 64, 80, 96, 128, 192, 256};
 const int attn_num_test_dims = (int)(sizeof attn_test_dims / sizeof attn_test_dims[0]);
 
 int attn_built_with_cuda(void) {
@@ -309,8 +311,7 @@ attn_status attn_stage_gpus_ok(const attn_stage *s, int gpus) {
     return ATTN_OK;
 }
 
-/* The ids of the stages that take `what` (ATTN_TAKES_*), for a refusal's message: "06m", or "none". */
-static const char *stages_taking(unsigned what, char *ids, size_t cap) {
+const char *attn_stages_taking(unsigned what, char *ids, size_t cap) {
     size_t n = 0;
     ids[0] = '\0';
     for (int i = 0; i < attn_num_stages && n < cap; i++)
@@ -327,14 +328,14 @@ static attn_status stage_takes(const attn_stage *s, const attn_problem *p) {
     if (p->H_kv != p->H && !(s->takes & ATTN_TAKES_GQA))
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes H_kv == H only (got H_kv %lld of H %lld, --kv-heads); "
                          "the stages that take grouped-query attention: %s", s->id, (long long)p->H_kv,
-                         (long long)p->H, stages_taking(ATTN_TAKES_GQA, ids, sizeof ids));
+                         (long long)p->H, attn_stages_taking(ATTN_TAKES_GQA, ids, sizeof ids));
     if (p->N_k != p->N && !(s->takes & ATTN_TAKES_SEQ_K))
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes N_k == N only (got N_k %lld of N %lld, --seq-k); "
                          "the stages that take N_k != N: %s", s->id, (long long)p->N_k, (long long)p->N,
-                         stages_taking(ATTN_TAKES_SEQ_K, ids, sizeof ids));
+                         attn_stages_taking(ATTN_TAKES_SEQ_K, ids, sizeof ids));
     if ((p->cu_seqlens_q || p->cu_seqlens_k) && !(s->takes & ATTN_TAKES_VARLEN))
         return attn_fail(ATTN_EUNSUPPORTED, "stage %s takes no cu_seqlens (variable-length batches); the stages "
-                         "that take them: %s", s->id, stages_taking(ATTN_TAKES_VARLEN, ids, sizeof ids));
+                         "that take them: %s", s->id, attn_stages_taking(ATTN_TAKES_VARLEN, ids, sizeof ids));
     return ATTN_OK;
 }
 

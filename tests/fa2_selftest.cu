@@ -46,7 +46,7 @@ __global__ void fa2_ldmatrix_probe(const uint16_t *src, int rows_valid, fa2_prob
     constexpr fa2_traits T = fa2_traits_of(D, RECIPE);
     const uint32_t smem = (fa2_smem_address(fa2_smem) + 1023u) & ~1023u;
     const fa2_copy cpy = fa2_copy_setup<D, RECIPE>();
-    fa2_copy_tile<T.br, D, RECIPE, 1>(smem, src, rows_valid, &cpy);
+    fa2_copy_tile<T.br, D, RECIPE, 1>(smem, src, D, rows_valid, &cpy);
     fa2_cp_async_commit();
     fa2_cp_async_wait<0>();
     __syncthreads();
@@ -189,8 +189,10 @@ template <int RECIPE> static int fa2_ldmatrix_dims(int d, char *msg, size_t cap)
     switch (d) {
     case 32: return fa2_ldmatrix_case<32, RECIPE>(msg, cap);
     case 64: return fa2_ldmatrix_case<64, RECIPE>(msg, cap);
+    case 80: return fa2_ldmatrix_case<80, RECIPE>(msg, cap);
     case 96: return fa2_ldmatrix_case<96, RECIPE>(msg, cap);
     case 128: return fa2_ldmatrix_case<128, RECIPE>(msg, cap);
+    case 192: return fa2_ldmatrix_case<192, RECIPE>(msg, cap);
     case 256: return fa2_ldmatrix_case<256, RECIPE>(msg, cap);
     }
     snprintf(msg, cap, "no such head dim: %d", d);

@@ -18,7 +18,7 @@ extern "C" {
 
 /* A tile of `D` columns copied into shared memory by the kernel's cp.async copy (the last rows past
  * "N" zero-filled), swizzled or not, then read back by ldmatrix with the kernel's lane addresses in all
- * three patterns (A: Q and P; B: K; B .trans: V). D = 32, 64, 96, 128 or 256. */
+ * three patterns (A: Q and P; B: K; B .trans: V). D = 32, 64, 80, 96, 128, 192 or 256. */
 int fa2_selftest_ldmatrix(int d, int swizzle, char *msg, size_t cap);
 
 /* One mma whose product is C[r][n] = 16 r + n: every lane's accumulators must sit at the rows and

@@ -1376,8 +1376,8 @@ Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_t
         {"--stage 01 --seq 37 --seq-k 129", "stage 01 takes N_k == N only (got N_k 129 of N 37, --seq-k)"},
         {"--stage 05m --seq 37 --seq-k 12", "stage 05m takes N_k == N only"},
         {"--stage 04m --heads 4 --kv-heads 1", "stage 04m takes H_kv == H only"},
-        {"--stage 06 --heads 4 --kv-heads 2",
-         "stage 06 takes H_kv == H only"}, /* a GPU stage, built or not */
+        {"--stage 06e --heads 4 --kv-heads 2",
+         "stage 06e takes H_kv == H only"}, /* a GPU stage, built or not */
         {"--stage 13 --seq 64 --seq-k 32", "stage 13 takes N_k == N only"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
@@ -1386,8 +1386,9 @@ Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_t
         cr_assert_eq(dir_entries(dir), 0, "'%s' left files in %s", args, dir);
     }
     /* the refusal names the stages that do take them, from the registry */
-    EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2", "the stages that take grouped-query attention: 06m");
-    EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06m");
+    EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2",
+                 "the stages that take grouped-query attention: 06, 06m, 15m");
+    EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06, 06m, 15m");
     /* and 06m runs them, checked against the reference */
     cr_assert_eq(attn("--stage 06m --kv-heads 2 --heads 6 --seq 37 --seq-k 129 --causal --check"), 0, "%s",
                  out);
@@ -1418,7 +1419,7 @@ Test(cli, varlen_is_parsed_refused_and_run) {
         {"--stage 06m --varlen 5,6 --trace-row 0", "--varlen cannot be used with --trace-row"},
         {"--stage 06m --varlen 5,6 --init rising", "--init rising: not with variable lengths"},
         {"--stage 01 --varlen 5,6", "stage 01 takes no cu_seqlens (variable-length batches); the stages that "
-                                    "take them: 06m"},
+                                    "take them: 06, 06m"},
         {"--stage 05m --varlen 5,6", "stage 05m takes no cu_seqlens"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
@@ -1426,4 +1427,34 @@ Test(cli, varlen_is_parsed_refused_and_run) {
     cr_assert_eq(attn("--stage 06m --varlen 100,37,512 --heads 6 --kv-heads 2 --causal --check"), 0, "%s",
                  out);
     cr_assert(strstr(out, "varlen (3 sequences, 649 rows a head)") && strstr(out, "\nPASS"), "%s", out);
+}
+
+/* --layout: its values, given twice, and a stage that takes only [B, H, N, D] refused before any input is
+ * made, naming --layout and the stages that take other layouts (06), for a CPU model, a road step and a
+ * backward stage alike. On a GPU stage 06 runs bnhd against the reference (the check sees [B, H, N, D]). */
+Test(cli, layout_is_parsed_and_refused_by_the_stages_that_take_none) {
+    static const char *const refused[][2] = {
+        {"--stage 06m --layout bshd", "--layout must be bhnd or bnhd (got 'bshd')"},
+        {"--stage 06m --layout", "--layout needs a value"},
+        {"--stage 06m --layout=bnhd", "write the value as the next argument, '--layout bnhd'"},
+        {"--stage 06m --layout bnhd --layout bnhd", "--layout given twice"},
+        {"--stage 06m --layout bnhd",
+         "--layout bnhd: stage 06m takes contiguous [B, H, N, D] tensors only (--layout bhnd); the stages "
+         "that take other layouts: 06"},
+        {"--stage 06c --layout bnhd", "--layout bnhd: stage 06c takes contiguous [B, H, N, D] tensors only"},
+        {"--stage 13 --layout bnhd", "--layout bnhd: stage 13 takes contiguous"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        EXPECT_USAGE(refused[i][0], refused[i][1]);
+    /* bhnd is the default, which every stage takes */
+    cr_assert_eq(attn("--stage 06m --layout bhnd --batch 1 --heads 2 --seq 40 --check"), 0, "%s", out);
+    cr_assert(strstr(out, "\nPASS") && !strstr(out, "layout="), "%s", out);
+    const attn_stage *s06 = attn_find_stage("06");
+    if (attn_stage_available(s06) != ATTN_OK)
+        return; /* the GPU half: tests/test_shapes.c runs it at odd shapes */
+    cr_assert_eq(
+        attn("--stage 06 --layout bnhd --batch 2 --heads 6 --kv-heads 2 --seq 77 --seq-k 300 --causal "
+             "--check"),
+        0, "%s", out);
+    cr_assert(strstr(out, "layout=bnhd") && strstr(out, "\nPASS"), "%s", out);
 }

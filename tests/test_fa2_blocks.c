@@ -18,8 +18,8 @@
 #include "fa2_selftest.h"
 #endif
 
-static const int dims[] = {32, 64, 96, 128, 256};
-#define NUM_DIMS 5
+static const int dims[] = {32, 64, 80, 96, 128, 192, 256};
+#define NUM_DIMS 7
 #define TILE_ROWS 128
 
 /* The 16-byte group of 4 banks (0..7) a chunk at byte offset `off` falls in. */

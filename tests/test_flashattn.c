@@ -165,6 +165,18 @@ Test(flashattn, refuses_outputs_that_overlap) {
     a.o.data = base + 3 * bytes, a.o.stride_b = N * 4 * D, a.o.stride_h = D, a.o.stride_n = 4 * D;
     a.q.data = base + 3 * bytes + 2 * D * 2, a.q.stride_b = N * 4 * D, a.q.stride_h = D, a.q.stride_n = 4 * D;
     EXPECT_REFUSAL(attn_forward(&a, NULL, NULL), ATTN_EINVAL, "o and q");
+    /* the kernel reads cu_seqlens while it writes O and LSE: no output may share their bytes; with them the
+     * packed total is on the device, so O is judged on its first row of every head, the LSE on its first
+     * float, and an O right after a Q of fewer rows than B * N is taken */
+    a = fwd_args(3, 2, N, D);
+    a.q.stride_h = a.k.stride_h = a.v.stride_h = a.o.stride_h = D; /* [total, H, D] */
+    a.q.stride_n = a.k.stride_n = a.v.stride_n = a.o.stride_n = 2 * D;
+    a.p.cu_seqlens_q = (const int32_t *)((char *)a.o.data + 2 * D * 2 - 8),
+    a.p.cu_seqlens_k = a.p.cu_seqlens_q;
+    EXPECT_REFUSAL(attn_forward(&a, NULL, NULL), ATTN_EINVAL, "o and cu_seqlens_q: an output must not share");
+    a.p.cu_seqlens_q = a.p.cu_seqlens_k = (const int32_t *)FAKE(6);
+    a.o.data = (char *)a.q.data + 2 * D * 2 * N; /* right after N rows of Q: fewer than B * N = 3N */
+    EXPECT_PAST(attn_forward(&a, NULL, NULL), "o and");
 }
 
 /* The backward's ten pointers go through the same check, in the same words. */
@@ -271,8 +283,8 @@ Test(flashattn, a_named_stage_refuses_what_it_does_not_take) {
     (a = fwd_args(1, 32, 1024, 64), a.field = (value), attn_forward(&a, stage, NULL))
     EXPECT_REFUSAL(WITH("09", p.H_kv, 8), ATTN_EUNSUPPORTED,
                    "H_kv: stage 09 takes H_kv == H only (got 8 of 32)");
-    EXPECT_REFUSAL(WITH("06", p.H_kv, 1), ATTN_EUNSUPPORTED,
-                   "H_kv: stage 06 takes H_kv == H only (got 1 of 32)");
+    EXPECT_PAST(WITH("06", p.H_kv, 1), "H_kv:"); /* stage 06 takes grouped-query heads, N_k != N, ... */
+    EXPECT_PAST(WITH("06", p.N_k, 16384), "N_k:");
     EXPECT_REFUSAL(WITH("09", p.N_k, 16384), ATTN_EUNSUPPORTED,
                    "N_k: stage 09 takes N_k == N only (got 16384 of 1024)");
     a = fwd_args(1, 32, 1024, 64);
@@ -286,6 +298,28 @@ Test(flashattn, a_named_stage_refuses_what_it_does_not_take) {
         attn_forward(&a, "09", NULL), ATTN_EUNSUPPORTED,
         "q: stage 09 takes contiguous [B, H, N, D] tensors only (got stride_b 2097152, stride_h 64, "
         "stride_n 2048)");
+    EXPECT_PAST(attn_forward(&a, "06", NULL), "q"); /* ... and strides */
+    /* stage 06's own rules for strides: 16-byte rows, row strides below 2^31, and with cu_seqlens the
+     * strides given (the packed head stride needs the total, which is on the device) */
+    a.q.stride_h = 68;
+    EXPECT_REFUSAL(attn_forward(&a, "06", NULL), ATTN_EUNSUPPORTED,
+                   "q.stride_h: stage 06 moves rows 16 bytes at a time: strides must be multiples of 8 "
+                   "elements (got 68)");
+    a = fwd_args(1, 32, 1024, 64);
+    a.o.stride_b = 3, a.o.stride_h = 1024 * 64, a.o.stride_n = 64; /* B = 1: stride_b is never used */
+    EXPECT_PAST(attn_forward(&a, "06", NULL), "o");
+    a = fwd_args(1, 32, 2, 64); /* two rows 2^31 elements apart: 8 GiB, at addresses 2^40 apart */
+    a.q.data = FAR(1), a.k.data = FAR(2), a.v.data = FAR(3), a.o.data = FAR(4), a.lse = (float *)FAR(5);
+    a.v.stride_h = 64, a.v.stride_n = (int64_t)1 << 31;
+    EXPECT_REFUSAL(attn_forward(&a, "06", NULL), ATTN_EUNSUPPORTED,
+                   "v.stride_n: stage 06 takes row strides up to 2^31 - 1 elements (got 2147483648)");
+    a = fwd_args(4, 32, 1024, 64);
+    a.p.cu_seqlens_q = (const int32_t *)FAKE(6), a.p.cu_seqlens_k = (const int32_t *)FAKE(7);
+    EXPECT_REFUSAL(attn_forward(&a, "06", NULL), ATTN_EUNSUPPORTED,
+                   "q: with cu_seqlens stage 06 needs the packed tensor's strides");
+    a.q.stride_h = a.k.stride_h = a.v.stride_h = a.o.stride_h = 64; /* [total, H, D] */
+    a.q.stride_n = a.k.stride_n = a.v.stride_n = a.o.stride_n = 32 * 64;
+    EXPECT_PAST(attn_forward(&a, "06", NULL), "q");
     /* the contiguous strides spelled out are contiguous, and a size-1 dim's stride does not matter */
     a = fwd_args(1, 32, 1024, 64);
     a.k.stride_b = 12345, a.k.stride_h = 1024 * 64, a.k.stride_n = 64;
@@ -293,8 +327,8 @@ Test(flashattn, a_named_stage_refuses_what_it_does_not_take) {
     EXPECT_REFUSAL(WITH("09", lse, NULL), ATTN_EUNSUPPORTED,
                    "lse: stage 09 always writes the LSE: must not be NULL");
     EXPECT_REFUSAL(WITH("07", p.D, 32), ATTN_EUNSUPPORTED, "D: head dim must be 64, 128 or 256 (got 32)");
-    EXPECT_REFUSAL(WITH("06", p.D, 80), ATTN_EUNSUPPORTED,
-                   "D: stage 06 takes head dims 32, 64, 96, 128, 256 (got 80)");
+    EXPECT_REFUSAL(WITH("06", p.D, 72), ATTN_EUNSUPPORTED,
+                   "D: stage 06 takes head dims 32, 64, 80, 96, 128, 192, 256 (got 72)");
     a = fwd_args(1, 1, (int64_t)1 << 30, 64);
     a.q.data = FAR(1), a.k.data = FAR(2), a.v.data = FAR(3), a.o.data = FAR(4), a.lse = (float *)FAR(5);
     EXPECT_PAST(attn_forward(&a, "06", NULL), "N:");
@@ -364,6 +398,8 @@ Test(flashattn, the_choice_follows_the_gpu) {
     cr_assert_str_eq(forward_stage_on("90", 64, 1), "09");
     cr_assert_str_eq(forward_stage_on("90", 256, 1), "09");
     cr_assert_str_eq(forward_stage_on("90", 96, 1), "06", "09 lacks D = 96");
+    cr_assert_str_eq(forward_stage_on("90", 80, 1), "06", "09 lacks D = 80");
+    cr_assert_str_eq(forward_stage_on("90", 192, 1), "06", "09 lacks D = 192");
     cr_assert_str_eq(forward_stage_on("90", 64, 0), "06", "09 always writes the LSE");
     cr_assert_str_eq(forward_stage_on("80", 64, 1), "06");
     cr_assert_str_eq(forward_stage_on("120", 128, 1), "06", "sm_90a code runs on sm_90 alone");
@@ -371,8 +407,23 @@ Test(flashattn, the_choice_follows_the_gpu) {
     cr_assert(strstr(attn_last_error(), "device: stages 06 and 13 need an sm_80 or newer GPU") &&
                   strstr(attn_last_error(), "(got sm_75)"),
               "%s", attn_last_error());
+    /* grouped-query heads, N_k != N, strides: 09 takes none yet, 06 all of them */
+    setenv("ATTN_FAKE_SM", "90", 1);
+    attn_forward_args g = fwd_args(2, 32, 1024, 128);
+    const char *gid = NULL;
+    g.p.H_kv = 8;
+    cr_assert_eq(attn_forward_stage(&g, NULL, &gid), ATTN_OK, "%s", attn_last_error());
+    cr_assert_str_eq(gid, "06", "09 takes H_kv == H only");
+    g = fwd_args(2, 32, 1024, 128);
+    g.p.N_k = 16384;
+    cr_assert_eq(attn_forward_stage(&g, NULL, &gid), ATTN_OK, "%s", attn_last_error());
+    cr_assert_str_eq(gid, "06", "09 takes N_k == N only");
+    g = fwd_args(2, 32, 1024, 128);
+    g.q.stride_b = 1024 * 32 * 128, g.q.stride_h = 128, g.q.stride_n = 32 * 128;
+    cr_assert_eq(attn_forward_stage(&g, NULL, &gid), ATTN_OK, "%s", attn_last_error());
+    cr_assert_str_eq(gid, "06", "09 takes contiguous tensors only");
     /* no stage takes it: the last one tried says why */
-    cr_assert_null(forward_stage_on("90", 80, 1));
+    cr_assert_null(forward_stage_on("90", 72, 1));
     cr_assert(strstr(attn_last_error(), "D: stage 06 takes head dims"), "%s", attn_last_error());
     setenv("ATTN_FAKE_SM", "90", 1);
     attn_backward_args b = bwd_args(2, 4, 100, 64);
@@ -664,11 +715,11 @@ Test(flashattn, first_calls_from_many_threads_at_once) {
 Test(flashattn, every_stage_is_right) {
     SKIP_WITHOUT_GPU();
     static const char *const stages[5] = {"06", "07", "08", "09", NULL};
-    static const int64_t dims[5] = {32, 64, 96, 128, 256};
+    static const int64_t dims[7] = {32, 64, 80, 96, 128, 192, 256};
     for (int i = 0; i < 5; i++) {
         const attn_stage *s = stages[i] ? attn_find_stage(stages[i]) : NULL;
         if (s && attn_stage_available(s) != ATTN_OK) continue; /* 07-09 on another GPU than sm_90 */
-        for (int d = 0; d < 5; d++)
+        for (int d = 0; d < 7; d++)
             for (int causal = 0; causal <= 1; causal++) {
                 if (s && !s->supports_dim(dims[d])) continue;
                 char why[256] = "";
@@ -815,6 +866,125 @@ Test(flashattn, the_backward_is_right) {
                 free(h), free(hlse);
                 case_free(&c);
             }
+}
+
+/* ---- the shapes models hold (issue 56), through the library on the GPU ---------------------------- */
+
+/* The library's call as a model makes it: Q and O [B, N, H, D] (PyTorch's layout), K and V slices of one
+ * packed [B, N_k, 2, H_kv, D] tensor (K at slot 0, V at slot 1, so their rows lie 2 H_kv D apart),
+ * H_kv < H, N_k != N, causal at the bottom right, and no stage named: 09 takes none of it, so 06 runs.
+ * O and LSE against the double reference, every row, after O is read back into [B, H, N, D]. With
+ * cu_seqlens the same tensors are packed [total, heads, D] and the batch is the lengths' (cu != NULL).
+ * Returns 0, or -1 with why. */
+static int strided_gqa_call(int64_t B, int64_t H, int64_t H_kv, int64_t N, int64_t N_k, int64_t D, int causal,
+                            attn_dtype dtype, const int32_t *cu_q, const int32_t *cu_k, uint64_t seed,
+                            char *why, size_t cap) {
+    attn_problem p = attn_problem_make(B, H, N, D, causal);
+    p.H_kv = H_kv, p.N_k = N_k, p.dtype = dtype;
+    p.cu_seqlens_q = cu_q,
+    p.cu_seqlens_k = cu_k; /* host copies: the suite's inputs and reference read them */
+    attn_inputs in;
+    if (attn_inputs_random(&in, &p, seed, ATTN_INIT_NORMAL) != ATTN_OK) {
+        snprintf(why, cap, "no inputs: %s", attn_last_error());
+        return -1;
+    }
+    const int packed = cu_q != NULL;
+    const int64_t outer = packed ? 1 : B, rq = packed ? cu_q[B] : N, rk = packed ? cu_k[B] : N_k;
+    const size_t q_elems = (size_t)(outer * rq * H * D), kv_elems = (size_t)(outer * rk * H_kv * D);
+    const size_t lse_bytes = (size_t)attn_rows(&p) * 4;
+    uint16_t *hq = malloc(q_elems * 2), *hkv = malloc(2 * kv_elems * 2), *ho = malloc(q_elems * 2);
+    uint16_t *o_bhnd = malloc(q_elems * 2);
+    float *hlse = malloc(lse_bytes);
+    void *dq = NULL, *dkv = NULL, *dout = NULL, *dlse = NULL, *dcu = NULL;
+    int rc = -1;
+    if (!hq || !hkv || !ho || !o_bhnd || !hlse) {
+        snprintf(why, cap, "host allocation failed");
+        goto done;
+    }
+    attn_transpose_heads(hq, in.q, outer, H, rq, D); /* [B, H, N, D] -> [B, N, H, D] */
+    for (int64_t b = 0; b < outer; b++)              /* K and V -> [B, N_k, 2, H_kv, D] */
+        for (int64_t h = 0; h < H_kv; h++)
+            for (int64_t j = 0; j < rk; j++)
+                for (int t = 0; t < 2; t++)
+                    memcpy(hkv + (((b * rk + j) * 2 + t) * H_kv + h) * D,
+                           (t ? in.v : in.k) + ((b * H_kv + h) * rk + j) * D, (size_t)D * 2);
+    if (cudaMalloc(&dq, q_elems * 2) || cudaMalloc(&dkv, 2 * kv_elems * 2) ||
+        cudaMalloc(&dout, q_elems * 2) || cudaMalloc(&dlse, lse_bytes) ||
+        cudaMalloc(&dcu, 2 * (size_t)(B + 1) * 4) ||
+        cudaMemcpy(dq, hq, q_elems * 2, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dkv, hkv, 2 * kv_elems * 2, cudaMemcpyHostToDevice) ||
+        cudaMemset(dout, 0xff, q_elems * 2) || cudaMemset(dlse, 0xff, lse_bytes) ||
+        (packed && (cudaMemcpy(dcu, cu_q, (size_t)(B + 1) * 4, cudaMemcpyHostToDevice) ||
+                    cudaMemcpy((int32_t *)dcu + B + 1, cu_k, (size_t)(B + 1) * 4, cudaMemcpyHostToDevice)))) {
+        snprintf(why, cap, "device allocation or copy failed");
+        goto done;
+    }
+    attn_forward_args a;
+    memset(&a, 0, sizeof a);
+    a.p = p;
+    if (packed) a.p.cu_seqlens_q = dcu, a.p.cu_seqlens_k = (int32_t *)dcu + B + 1;
+    a.q = (attn_tensor){dq, packed ? 0 : N * H * D, D, H * D};
+    a.o = (attn_tensor){dout, packed ? 0 : N * H * D, D, H * D};
+    a.k = (attn_tensor){dkv, packed ? 0 : N_k * 2 * H_kv * D, D, 2 * H_kv * D};
+    a.v = (attn_tensor){(uint16_t *)dkv + H_kv * D, packed ? 0 : N_k * 2 * H_kv * D, D, 2 * H_kv * D};
+    a.lse = dlse;
+    const char *id = NULL;
+    if (attn_forward_stage(&a, NULL, &id) != ATTN_OK || strcmp(id, "06")) {
+        snprintf(why, cap, "the library chose %s, not 06: %s", id ? id : "none", attn_last_error());
+        goto done;
+    }
+    if (attn_forward(&a, NULL, NULL) != ATTN_OK) {
+        snprintf(why, cap, "attn_forward: %s", attn_last_error());
+        goto done;
+    }
+    if (cudaDeviceSynchronize() || cudaMemcpy(ho, dout, q_elems * 2, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(hlse, dlse, lse_bytes, cudaMemcpyDeviceToHost)) {
+        snprintf(why, cap, "the kernel or the copy back failed");
+        goto done;
+    }
+    attn_transpose_heads(o_bhnd, ho, outer, rq, H, D);
+    int64_t *rows = NULL, nrows = 0;
+    attn_check k;
+    memset(&k, 0, sizeof k);
+    if (attn_sample_rows(&p, 1, 0, seed, &rows, &nrows) != ATTN_OK ||
+        attn_check_output(&in, o_bhnd, hlse, rows, nrows, &k) != ATTN_OK || !k.pass || k.nonfinite ||
+        k.rows_checked != attn_rows(&p))
+        snprintf(why, cap, "wrong result: err/tol %g, LSE %g, %lld non-finite, %lld of %lld rows checked",
+                 k.worst_ratio, k.lse_worst_ratio, (long long)k.nonfinite, (long long)k.rows_checked,
+                 (long long)attn_rows(&p));
+    else
+        rc = 0;
+    free(rows);
+done:
+    cudaFree(dq), cudaFree(dkv), cudaFree(dout), cudaFree(dlse), cudaFree(dcu);
+    free(hq), free(hkv), free(ho), free(o_bhnd), free(hlse);
+    attn_inputs_free(&in);
+    return rc;
+}
+
+/* A strided GQA call is right, causal (rows that see no key when N > N_k) and not, fp16 and bf16, at
+ * D = 64 and 128; and the same packed by cu_seqlens. A kernel that ignored the strides (read Q as
+ * [B, H, N, D]), the K/V head map (h for h / (H / H_kv)), N_k, the bottom-right offset or the sequences
+ * fails the check; one that left the empty rows unwritten fails on their poison (NaN). */
+Test(flashattn, a_strided_gqa_call_is_right) {
+    SKIP_WITHOUT_GPU();
+    char why[256] = "";
+    for (int causal = 0; causal <= 1; causal++)
+        for (int t = 0; t <= 1; t++) {
+            cr_assert_eq(strided_gqa_call(2, 6, 2, 77, 300, 64, causal, (attn_dtype)t, NULL, NULL, 400 + t,
+                                          why, sizeof why),
+                         0, "H 6, H_kv 2, N 77, N_k 300, D 64, causal %d, %s: %s", causal,
+                         attn_dtype_name((attn_dtype)t), why);
+            cr_assert_eq(strided_gqa_call(1, 8, 1, 300, 77, 128, causal, (attn_dtype)t, NULL, NULL, 410 + t,
+                                          why, sizeof why),
+                         0, "H 8, H_kv 1, N 300, N_k 77, D 128, causal %d, %s: %s", causal,
+                         attn_dtype_name((attn_dtype)t), why);
+        }
+    static const int32_t cu_q[] = {0, 1, 18, 147, 1147}, cu_k[] = {0, 300, 301, 430, 507};
+    for (int causal = 0; causal <= 1; causal++)
+        cr_assert_eq(
+            strided_gqa_call(4, 6, 2, 1000, 300, 64, causal, ATTN_F16, cu_q, cu_k, 420, why, sizeof why), 0,
+            "cu_seqlens (1, 17, 129, 1000 queries; 300, 1, 129, 77 keys), causal %d: %s", causal, why);
 }
 
 #endif

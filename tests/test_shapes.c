@@ -29,7 +29,7 @@ static uint64_t next_random(uint64_t *x) {
 /* One random problem: H 1..8 and a divisor of it, N and N_k 1..300 (the first cases N > N_k and
  * N < N_k by far, then any), a head dim of stage 06, causal or not, fp16 or bf16. */
 static attn_problem random_problem(uint64_t *x, int k) {
-    static const int dims[] = {32, 64, 96, 128, 256};
+    static const int dims[] = {32, 64, 80, 96, 128, 192, 256};
     const int64_t H = 1 + (int64_t)(next_random(x) % 8);
     int64_t H_kv = 1 + (int64_t)(next_random(x) % (uint64_t)H);
     while (H % H_kv) H_kv--;
@@ -37,7 +37,7 @@ static attn_problem random_problem(uint64_t *x, int k) {
     if (k == 0) N = 300, N_k = 37;  /* most rows see no key when causal */
     if (k == 1) N = 37, N_k = 299;  /* every row sees the keys of a long prefix */
     attn_problem p = attn_problem_make(1 + (int64_t)(next_random(x) % 2), H, N,
-                                       dims[next_random(x) % 5], k < 2 ? 1 : (int)(next_random(x) % 2));
+                                       dims[next_random(x) % 7], k < 2 ? 1 : (int)(next_random(x) % 2));
     p.H_kv = H_kv, p.N_k = N_k;
     p.dtype = next_random(x) % 2 ? ATTN_BF16 : ATTN_F16;
     return p;
@@ -170,17 +170,20 @@ Test(shapes, check_fails_the_head_map_h_mod_h_kv) {
     attn_inputs_free(&in), attn_inputs_free(&wrong);
 }
 
-/* Who takes what: 06m GQA, N_k != N and cu_seqlens; every other stage (01-05, their models,
- * the GPU stages) is refused them by attn_stage_supports, with the field named, and the models of
- * 03-05 refuse them even when run directly. */
-Test(shapes, only_06m_and_15m_take_gqa_and_seq_k) {
+/* Who takes what: 06 GQA, N_k != N, cu_seqlens and strides, 06m the first three, 15m GQA and N_k != N;
+ * every other stage (01-05, their models, the road 06a-06e, the other GPU stages) is refused them by
+ * attn_stage_supports, with the field named, and the models of 03-05 refuse them even when run
+ * directly. */
+Test(shapes, only_06_06m_and_15m_take_gqa_and_seq_k) {
     attn_problem gqa = attn_problem_make(1, 4, 64, 64, 1), seq_k = gqa;
     gqa.H_kv = 2;
     seq_k.N_k = 65;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        const int is06m = !strcmp(s->id, "06m"), is15m = !strcmp(s->id, "15m"), takes = is06m || is15m;
-        const unsigned want = is06m   ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
+        const int is06 = !strcmp(s->id, "06"), is06m = !strcmp(s->id, "06m"), is15m = !strcmp(s->id, "15m");
+        const int takes = is06 || is06m || is15m;
+        const unsigned want = is06    ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN | ATTN_TAKES_STRIDES
+                              : is06m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
                               : is15m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K
                                       : 0u;
         cr_assert_eq(s->takes, want, "stage %s takes %#x", s->id, s->takes);
@@ -255,4 +258,81 @@ Test(shapes, check_fails_sequences_run_as_one) {
     cr_assert(!c.pass, "the sequences run as one passed the check (err/tol %g)", c.worst_ratio);
     free(o), free(lse), free(o1), free(lse1);
     attn_inputs_free(&in);
+}
+
+/* ---- stage 06 on the GPU (skipped without one) ------------------------------------------------------ */
+
+/* One odd shape for stage 06: sizes, and for a packed batch its query and key lengths (nseq > 0). */
+typedef struct {
+    int64_t H, H_kv, N, N_k, D;
+    int causal;
+    attn_dtype dtype;
+    int nseq;
+    int32_t q_len[4], k_len[4];
+} gpu_shape;
+
+/* Stage 06 through attn_run as build/attn --check runs it, in both layouts: O and LSE poisoned before
+ * the run, every row checked against the double reference, no element left non-finite. */
+static void run_gpu_shape(const attn_stage *s, const gpu_shape *c, attn_layout layout, uint64_t seed) {
+    attn_problem p = attn_problem_make(2, c->H, c->N, c->D, c->causal);
+    p.H_kv = c->H_kv, p.N_k = c->N_k, p.dtype = c->dtype;
+    int32_t cq[5] = {0}, ck[5] = {0};
+    if (c->nseq) {
+        p.B = c->nseq, p.N = p.N_k = 1;
+        for (int b = 0; b < c->nseq; b++) {
+            cq[b + 1] = cq[b] + c->q_len[b], ck[b + 1] = ck[b] + c->k_len[b];
+            p.N = c->q_len[b] > p.N ? c->q_len[b] : p.N, p.N_k = c->k_len[b] > p.N_k ? c->k_len[b] : p.N_k;
+        }
+        p.cu_seqlens_q = cq, p.cu_seqlens_k = ck;
+    }
+    attn_inputs in;
+    cr_assert_eq(attn_inputs_random(&in, &p, seed, ATTN_INIT_NORMAL), ATTN_OK, "%s", attn_last_error());
+    attn_run_opts opt = attn_run_opts_default();
+    opt.warmup = 0, opt.repeat = 2, opt.check = 1, opt.layout = layout;
+    attn_result r;
+    cr_assert_eq(attn_run(s, &in, &opt, &r, NULL, NULL), ATTN_OK, "%s", attn_last_error());
+    cr_expect(r.checked && r.chk.rows_checked == attn_rows(&p) && r.chk.lse_checked,
+              "%s: not every row checked", attn_layout_name(layout));
+    cr_expect(r.chk.pass && r.chk.nonfinite == 0 && r.identical == 1,
+              "stage 06 %s: %d sequences, H %lld H_kv %lld N %lld N_k %lld D %lld %s %s: err/tol %g, LSE %g, %lld "
+              "non-finite (%lld unwritten), repeatable %d",
+              attn_layout_name(layout), c->nseq, (long long)p.H, (long long)p.H_kv, (long long)p.N,
+              (long long)p.N_k, (long long)p.D, p.causal ? "causal" : "non-causal", attn_dtype_name(p.dtype),
+              r.chk.worst_ratio, r.chk.lse_worst_ratio, (long long)r.chk.nonfinite, (long long)r.chk.unwritten,
+              r.identical);
+    attn_inputs_free(&in);
+}
+
+/* Stage 06's kernel at the shapes models hold, against the double reference: grouped-query heads (H 6 of
+ * H_kv 2; H 8 of 1: multi-query), N_k != N causal and not (N 77 of N_k 300: the band shifted up by 223;
+ * N 300 of N_k 77: 223 rows per head that see no key, O = 0 and LSE = -inf), packed batches (1, 17,
+ * 129, 1000 queries; keys alike, then of their own lengths, one sequence with a single key), fp16 and
+ * bf16, D 64, 128, 96 (rows padded in smem), 32 and 256 (8 warps, ping-pong), each in [B, H, N, D] and
+ * [B, N, H, D] ([total, H, D] packed). The planted changes each fails (reasoned, and for the CPU
+ * model shown above): K/V head h instead of h / (H / H_kv) reads other heads (and past K at H 8 of 1),
+ * N in place of N_k drops or invents keys, the top-left mask (off 0) shows rows the wrong keys, the
+ * sequences run as one (no cu_seqlens) mixes them, strides ignored under bnhd read other heads' rows,
+ * and the empty rows left to the softmax would hold the poison or NaN, which the check counts. */
+Test(shapes, fa2_gpu_matches_reference_at_odd_shapes) {
+    const attn_stage *s = attn_find_stage("06");
+    SKIP_UNLESS_RUNNABLE(s);
+    static const gpu_shape shapes[] = {
+        {6, 2, 77, 300, 64, 0, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 77, 300, 64, 1, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 300, 77, 128, 1, ATTN_BF16, 0, {0}, {0}},
+        {8, 1, 300, 77, 64, 1, ATTN_BF16, 0, {0}, {0}},
+        {8, 1, 77, 300, 128, 0, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 129, 129, 96, 1, ATTN_F16, 0, {0}, {0}},
+        {4, 2, 100, 333, 32, 1, ATTN_BF16, 0, {0}, {0}},
+        {4, 1, 333, 100, 256, 1, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 77, 300, 80, 1, ATTN_BF16, 0, {0}, {0}},
+        {4, 4, 300, 77, 192, 0, ATTN_F16, 0, {0}, {0}},
+        {6, 2, 0, 0, 192, 1, ATTN_F16, 4, {1, 17, 129, 1000}, {300, 1, 129, 77}},
+        {6, 2, 0, 0, 64, 1, ATTN_F16, 4, {1, 17, 129, 1000}, {1, 17, 129, 1000}},
+        {6, 2, 0, 0, 128, 0, ATTN_BF16, 4, {1, 17, 129, 1000}, {1, 17, 129, 1000}},
+        {8, 1, 0, 0, 64, 1, ATTN_BF16, 4, {1, 17, 129, 1000}, {300, 1, 129, 77}},
+        {6, 3, 0, 0, 96, 0, ATTN_F16, 4, {1000, 129, 17, 1}, {77, 1, 300, 129}},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int l = 0; l <= 1; l++) run_gpu_shape(s, &shapes[i], (attn_layout)l, 3000 + 2 * i + (uint64_t)l);
 }
