@@ -142,6 +142,10 @@ typedef struct {
 #define ATTN_TAKES_VARLEN 4u  /* cu_seqlens_q and cu_seqlens_k */
 #define ATTN_TAKES_STRIDES 8u /* any row-contiguous layout of Q, K, V, O (attn_args' strides) */
 #define ATTN_TAKES_PAGED 16u  /* K and V as pages of a pool through a block table (attn_args' pages) */
+/* Not a shape but a purpose: a forward built for decoding, a few new queries a sequence over a long
+ * cache (stage 15). attn_default_forward never picks one as a backward stage's forward: a backward's
+ * problems are training's, N queries over N keys, where the query-tile stages are the fast ones. */
+#define ATTN_FOR_DECODING 256u
 
 /* The keys a page holds where the harness pages K and V for an ATTN_TAKES_PAGED stage: the smallest
  * page the paged-cache target of issue 60 names (pages of 64 keys or more). */

@@ -457,7 +457,8 @@ const attn_stage *attn_default_forward(const attn_stage *s, const attn_problem *
     for (int i = attn_num_stages - 1; i >= 0; i--) {
         const attn_stage *f = &attn_stages[i];
         if (f->pass == ATTN_FORWARD && f->on_gpu && f->max_gpus == 1 && f->writes_lse &&
-            attn_stage_supports(f, p) == ATTN_OK && attn_stage_available(f) == ATTN_OK)
+            !(f->takes & ATTN_FOR_DECODING) && attn_stage_supports(f, p) == ATTN_OK &&
+            attn_stage_available(f) == ATTN_OK)
             return f;
     }
     attn_fail(ATTN_ENODEV, "no GPU forward stage that writes LSE runs here with D = %lld, %s, for stage %s to "

@@ -183,7 +183,8 @@ Test(shapes, only_06m_and_decoding_take_gqa_and_seq_k) {
         const int is06m = !strcmp(s->id, "06m"), is15p = !strcmp(s->id, "15p");
         const int is15 = is15p || !strcmp(s->id, "15m") || !strcmp(s->id, "15"), takes = is06m || is15;
         const unsigned want = is06m  ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
-                              : is15 ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | (is15p ? ATTN_TAKES_PAGED : 0u)
+                              : is15 ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | (is15p ? ATTN_TAKES_PAGED : 0u) |
+                                           (s->on_gpu ? ATTN_FOR_DECODING : 0u)
                                      : 0u;
         cr_assert_eq(s->takes, want, "stage %s takes %#x", s->id, s->takes);
         if (!s->supports_dim(64) || !(s->dtypes & ATTN_DTYPE_BIT(ATTN_F16))) continue;
