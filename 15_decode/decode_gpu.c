@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "decode_gpu.h"
 
@@ -30,8 +31,14 @@ static int device_sms(void) {
     return DECODE_DEFAULT_SMS;
 }
 
+/* The chunks S: opt->chunks where given; else ATTN_DECODE_CHUNKS where set to 1..DECODE_MAX_CHUNKS (a
+ * tuning hook, as ATTN_FAKE_SM is a test hook: it lets a GPU run time other chunk counts than the rule
+ * gives without a rebuild, and makes 15 and 15p differ from their model 15m); else choose_chunks. */
 static int64_t chunks_for(int64_t B, int64_t H_kv, int64_t max_len, const decode_opts *opt) {
     if (opt && opt->chunks) return opt->chunks;
+    long long forced = 0;
+    const char *env = getenv("ATTN_DECODE_CHUNKS");
+    if (env && *env && attn_parse_integer(env, 1, DECODE_MAX_CHUNKS, &forced) == 0) return forced;
     return choose_chunks(B, H_kv, max_len, opt && opt->sms ? opt->sms : device_sms());
 }
 

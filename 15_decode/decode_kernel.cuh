@@ -99,6 +99,20 @@ static __device__ __forceinline__ decode_block decode_block_of(const decode_para
     return k;
 }
 
+/* The end of the keys any of the block's rows sees: the chunk's end, or causal the last visible key of
+ * its largest query index i (query i of N_q sees keys 0 .. len - N_q + i) plus one. Tiles past it are
+ * masked for every row and are not loaded: a square causal problem (N_q = N_k) skips about half its
+ * tiles, decoding (N_q <= 16 at the cache's end) none but the last. Skipping changes no bit: a tile
+ * that is all -inf for a row leaves its m, l and O as they were (alpha = 2^0 = 1, P = 0). */
+static __device__ __forceinline__ int decode_block_key_end(const decode_params *p, const decode_block *k,
+                                                           int rows) {
+    if (!p->causal) return k->end;
+    const int r1 = min(k->r0 + rows, p->R); /* one past the block's last real row */
+    const int i0 = k->r0 % p->N_q, i1 = (r1 - 1) % p->N_q;
+    const int i_max = r1 - k->r0 >= p->N_q || i1 < i0 ? p->N_q - 1 : i1; /* the rows wrap past N_q - 1 */
+    return max(k->first, min(k->end, k->len - p->N_q + i_max + 1));
+}
+
 /* ---- loads ------------------------------------------------------------------------------------------ */
 
 /* The block's query rows r0 .. r0 + ROWS - 1 of group bg, rows >= R zero-filled. In Q [B, H, N_q, D]
@@ -363,14 +377,15 @@ static __device__ __forceinline__ void decode_store_block(const decode_params *p
 /*
  * Grid (B H_kv S, ceil(R / rows)): x = (b H_kv + g) S + c, so the chunks of one (b, g) run side by side.
  * Tiles wholly below lim0 (every key of the chunk before the first row's own position) are visible to
- * every row and run without the mask; the rest, at most the chunk's last two tiles, run with it.
+ * every row and run without the mask; the rest, decoding's last one or two, run with it, and the
+ * tiles past what any row sees are skipped (decode_block_key_end).
  */
 template <int DTYPE, int D, int WK>
 __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_split_kernel(const decode_params p) {
     constexpr int ROWS = decode_block_rows(WK), STAGES = decode_stages(D);
     static_assert(decode_scratch_bytes(D) <= decode_smem_bytes(D, WK), "the merge's scratch fits the ring");
     const decode_block k = decode_block_of(&p, ROWS);
-    const int n_tiles = (k.end - k.first + DECODE_BC - 1) / DECODE_BC;
+    const int n_tiles = (decode_block_key_end(&p, &k, ROWS) - k.first + DECODE_BC - 1) / DECODE_BC;
     const int lim0 = p.causal ? min(k.end, k.len - p.N_q + 1) : k.end;
     const int n_plain = lim0 > k.first ? (lim0 - k.first) / DECODE_BC : 0;
 
