@@ -109,53 +109,56 @@ def run_point(torch, args, peer, q, k, v, causal, row):
         peers.set_check(row, ok, max_err, "%d rows: max abs err %.3g; worst err/tol %.3g" % (nchecked, max_err, worst))
 
 
+def decode_inputs(torch, gen, args, B, N_k, D):
+    """Q [B, H, N_q, D], K and V [B, H_kv, N_k, D] of one point, and None; or None and the OOM's note."""
+    gen.manual_seed(0xDEC0 + 64 * D + N_k + B)
+    try:
+        q = torch.randn((B, args.heads, args.queries, D), dtype=torch.float16, device="cuda", generator=gen)
+        kv = [torch.randn((B, args.kv_heads, N_k, D), dtype=torch.float16, device="cuda", generator=gen)
+              for _ in range(2)]
+        return (q, kv[0], kv[1]), None
+    except torch.cuda.OutOfMemoryError as e:
+        return None, peers.clean(peers.short_oom(e))
+
+
+def one_row(torch, args, peer, inputs, err, causal, row):
+    """One peer at one point into row, whatever it raises; its progress line on stderr."""
+    peers.log("D=%-3s B=%-3s N_k=%-7s %-15s " % (row["D"], row["B"], row["N_k"], peer), end="")
+    t0 = time.time()
+    if err:
+        row.update(status="OOM", note="inputs: " + err)
+    else:
+        try:
+            run_point(torch, args, peer, *inputs, causal, row)
+        except Exception as e:  # keep the sweep going; the row says what happened
+            row.update(status="error", note=peers.clean("%s: %s" % (type(e).__name__, e)))
+    peers.log("%s %s ms %s GB/s %s (%.1f s)" % (row["status"], row["ms"] or "-", row["kv_gbps"] or "-",
+                                                row["note"], time.time() - t0))
+
+
 def sweep(torch, args, meta, names):
     rows, gen = [], torch.Generator(device="cuda")
     causals = [0, 1] if args.causal == "both" else [int(args.causal)]
-    for D in args.dims:
-        for B in args.batches:
-            for N_k in args.seqs:
-                gen.manual_seed(0xDEC0 + 64 * D + N_k + B)
-                try:
-                    q = torch.randn((B, args.heads, args.queries, D), dtype=torch.float16, device="cuda", generator=gen)
-                    k, v = (torch.randn((B, args.kv_heads, N_k, D), dtype=torch.float16, device="cuda", generator=gen)
-                            for _ in range(2))
-                    err = None
-                except torch.cuda.OutOfMemoryError as e:
-                    q = k = v = None
-                    err = peers.clean(peers.short_oom(e))
-                for causal in causals:
-                    for peer in names:
-                        row = dict.fromkeys(COLS, "")
-                        row.update(meta, stage=peer, name=peer, B=str(B), H=str(args.heads), H_kv=str(args.kv_heads),
-                                   N_q=str(args.queries), N_k=str(N_k), D=str(D), causal=str(causal), dtype="fp16",
-                                   kv_bytes="%.0f" % (4.0 * B * args.kv_heads * N_k * D), l2="-")
-                        peers.log("D=%-3d B=%-3d N_k=%-7d %-15s " % (D, B, N_k, peer), end="")
-                        t0 = time.time()
-                        if err:
-                            row.update(status="OOM", note="inputs: " + err)
-                        else:
-                            try:
-                                run_point(torch, args, peer, q, k, v, causal, row)
-                            except Exception as e:  # keep the sweep going; the row says what happened
-                                row.update(status="error", note=peers.clean("%s: %s" % (type(e).__name__, e)))
-                        peers.log("%s %s ms %s GB/s %s (%.1f s)" % (row["status"], row["ms"] or "-",
-                                  row["kv_gbps"] or "-", row["note"], time.time() - t0))
-                        rows.append(row)
-                q = k = v = None
-                torch.cuda.empty_cache()
+    points = [(D, B, N_k) for D in args.dims for B in args.batches for N_k in args.seqs]
+    for D, B, N_k in points:
+        inputs, err = decode_inputs(torch, gen, args, B, N_k, D)
+        for causal in causals:
+            for peer in names:
+                row = dict.fromkeys(COLS, "")
+                row.update(meta, stage=peer, name=peer, B=str(B), H=str(args.heads), H_kv=str(args.kv_heads),
+                           N_q=str(args.queries), N_k=str(N_k), D=str(D), causal=str(causal), dtype="fp16",
+                           kv_bytes="%.0f" % (4.0 * B * args.kv_heads * N_k * D), l2="-")
+                one_row(torch, args, peer, inputs, err, causal, row)
+                rows.append(row)
+        inputs = None
+        torch.cuda.empty_cache()
     return rows
 
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        import torch
-    except Exception as e:  # ImportError, or a broken install
-        peers.log("decode_peers: skipped: PyTorch is not importable here (%s: %s)" % (type(e).__name__, e))
-        return 0
-    if not torch.cuda.is_available():
-        peers.log("decode_peers: skipped: PyTorch %s sees no CUDA GPU" % torch.__version__)
+    torch = peers.cuda_torch("decode_peers")
+    if torch is None:
         return 0
     t0 = time.time()
     gpu = peers.clean(torch.cuda.get_device_name())

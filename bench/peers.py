@@ -746,16 +746,24 @@ def sweep(torch, args, kernels, flush, meta):
     return rows
 
 
-def main(argv):
-    args = parse_args(argv)
+def cuda_torch(who):
+    """torch, where it imports and sees a CUDA GPU; else None, having said why (who: the script)."""
     try:
         import torch
     except Exception as e:  # ImportError, or a broken install
-        log("peers: skipped: PyTorch is not importable here (%s: %s); the stages do not need it"
-            % (type(e).__name__, e))
-        return 0
+        log("%s: skipped: PyTorch is not importable here (%s: %s); the stages do not need it"
+            % (who, type(e).__name__, e))
+        return None
     if not torch.cuda.is_available():
-        log("peers: skipped: PyTorch %s sees no CUDA GPU" % torch.__version__)
+        log("%s: skipped: PyTorch %s sees no CUDA GPU" % (who, torch.__version__))
+        return None
+    return torch
+
+
+def main(argv):
+    args = parse_args(argv)
+    torch = cuda_torch("peers")
+    if torch is None:
         return 0
     t_start = time.time()
     kernels = find_kernels(torch)

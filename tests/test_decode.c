@@ -208,40 +208,51 @@ Test(decode, one_long_sequence) {
     }
 }
 
-/* 37 sequences of 1 to 300 keys (causal: at least N_q), N_q 1, 3 and 16, pages of 16. */
-Test(decode, many_short_sequences) {
+/* What runs a case and checks it: the model (expect_exact) or the kernel (expect_gpu_exact, below). */
+typedef void (*decode_runner)(decode_case *t, const int64_t *chunks, int n, const char *what);
+
+/* 37 sequences of 1 to 300 keys (causal: at least N_q) in pages of 16, at each N_q of nq[], head dim D,
+ * chunks chosen. */
+static void short_sequences(decode_runner run, const int64_t *nq, int n, int64_t D, uint64_t seed) {
     int32_t lens[37];
     char what[64];
-    static const int64_t nq[] = {1, 3, 16};
     for (int causal = 0; causal <= 1; causal++)
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a < n; a++) {
             for (int b = 0; b < 37; b++) {
                 lens[b] = 1 + (b * 83) % 300;
                 if (causal && lens[b] < nq[a]) lens[b] = (int32_t)nq[a];
             }
             decode_case t;
-            case_make(&t, 37, 32, 8, nq[a], 64, causal, lens, 16, 41 + (uint64_t)(causal * 3 + a));
+            case_make(&t, 37, 32, 8, nq[a], D, causal, lens, 16, seed + (uint64_t)(causal * n + a));
             snprintf(what, sizeof what, "37 sequences, N_q %lld%s", (long long)nq[a],
                      causal ? ", causal" : "");
-            expect_exact(&t, chosen, 1, what);
+            run(&t, chosen, 1, what);
             case_free(&t);
         }
 }
 
-/* H = 32 query heads over 8, 1 (multi-query) and 32 (multi-head) K/V heads. */
-Test(decode, grouped_query_heads) {
+/* H = 32 query heads over 8, 1 (multi-query: 512 rows at N_q = 16) and 32 (multi-head) K/V heads, chunks
+ * chosen and 2. */
+static void grouped_heads(decode_runner run, uint64_t seed) {
     static const int32_t lens[3] = {300, 45, 129};
     static const int64_t kv[] = {8, 1, 32}, chunks[] = {0, 2};
     char what[64];
     for (int causal = 0; causal <= 1; causal++)
         for (int a = 0; a < 3; a++) {
             decode_case t;
-            case_make(&t, 3, 32, kv[a], 16, 64, causal, lens, 64, 53 + (uint64_t)(causal * 3 + a));
+            case_make(&t, 3, 32, kv[a], 16, 64, causal, lens, 64, seed + (uint64_t)(causal * 3 + a));
             snprintf(what, sizeof what, "H 32, H_kv %lld%s", (long long)kv[a], causal ? ", causal" : "");
-            expect_exact(&t, chunks, 2, what);
+            run(&t, chunks, 2, what);
             case_free(&t);
         }
 }
+
+Test(decode, many_short_sequences) {
+    static const int64_t nq[] = {1, 3, 16};
+    short_sequences(expect_exact, nq, 3, 64, 41);
+}
+
+Test(decode, grouped_query_heads) { grouped_heads(expect_exact, 53); }
 
 /* Forced chunk counts 1, 2, 7 and one chunk per key of the longest cache: the shorter caches then have
  * empty chunks, and causal rows see none of the chunks past their last key (LSE -inf, no NaN). */
@@ -510,42 +521,18 @@ Test(decode_gpu, one_long_sequence_and_a_short_one) {
     }
 }
 
-/* 37 sequences of 1 to 300 keys (causal: at least N_q), N_q 1, 4 and 16 (R = 4, 16, 64 rows: the 4, 2
- * and 1 warps a slice of decode_key_warps), pages of 16, D = 32. */
+/* N_q 1, 4, 8 and 16 at 4 heads a group: R = 4, 16, 32 and 64 rows, so every width of the kernel's warp
+ * split (decode_key_warps: 4, 4, 2 and 1 warps a 16-row slice), at D = 32. */
 Test(decode_gpu, many_short_sequences) {
     SKIP_UNLESS_KERNEL();
-    int32_t lens[37];
-    char what[64];
     static const int64_t nq[] = {1, 4, 8, 16};
-    for (int causal = 0; causal <= 1; causal++)
-        for (int a = 0; a < 4; a++) {
-            for (int b = 0; b < 37; b++) {
-                lens[b] = 1 + (b * 83) % 300;
-                if (causal && lens[b] < nq[a]) lens[b] = (int32_t)nq[a];
-            }
-            decode_case t;
-            case_make(&t, 37, 32, 8, nq[a], 32, causal, lens, 16, 221 + (uint64_t)(causal * 4 + a));
-            snprintf(what, sizeof what, "37 sequences, N_q %lld%s", (long long)nq[a],
-                     causal ? ", causal" : "");
-            expect_gpu_exact(&t, chosen, 1, what);
-            case_free(&t);
-        }
+    short_sequences(expect_gpu_exact, nq, 4, 32, 221);
 }
 
-/* H = 32 over 8, 1 (multi-query: 32 N_q rows, up to 512, several grid rows of 64) and 32 K/V heads. */
+/* Multi-query at N_q = 16 is 512 rows: 8 grid rows of 64, each reading the chunk. */
 Test(decode_gpu, grouped_query_heads) {
     SKIP_UNLESS_KERNEL();
-    static const int32_t lens[3] = {300, 45, 129};
-    static const int64_t kv[] = {8, 1, 32}, chunks[] = {0, 2};
-    char what[64];
-    for (int causal = 0; causal <= 1; causal++)
-        for (int a = 0; a < 3; a++) {
-            decode_case t;
-            case_make(&t, 3, 32, kv[a], 16, 64, causal, lens, 64, 231 + (uint64_t)(causal * 3 + a));
-            snprintf(what, sizeof what, "H 32, H_kv %lld%s", (long long)kv[a], causal ? ", causal" : "");
-            expect_gpu_exact(&t, chunks, 2, what);
-            case_free(&t);
-        }
+    grouped_heads(expect_gpu_exact, 231);
 }
 
 #ifdef ATTN_HAVE_CUDA
