@@ -8,3 +8,9 @@ extern "C" int decode_launch_f16(const decode_params *kp, int64_t B, int64_t D, 
                                  const char **why) {
     return (int)decode_launch<ATTN_F16>(kp, B, D, (cudaStream_t)stream, why);
 }
+
+/* One definition for both dtypes: the layout does not depend on the dtype. */
+extern "C" int decode_smem_bytes_of(int64_t D, int64_t R) {
+    const int wk = decode_key_warps(R);
+    return D == 32 || D == 64 || D == 128 ? decode_smem_bytes((int)D, wk) : 0;
+}

@@ -77,6 +77,23 @@ static attn_status check_limits(const char *who, const decode_shape *s, int64_t 
     return ATTN_OK;
 }
 
+/* A GPU whose blocks get less shared memory than the split kernel's ring and Q tile (sm_86 and sm_89
+ * give 99 KB; D = 128 takes 100-112 KB) is refused, naming both, before any launch; the tests skip
+ * such a head dim on it as they do for stage 06. Where the runtime cannot say, the launch will. */
+static attn_status check_shared_memory(const char *who, int64_t D, int64_t R) {
+#if defined(ATTN_HAVE_CUDA) && ATTN_HAVE_CUDA
+    int dev = 0, optin = 0;
+    const int need = decode_smem_bytes_of(D, R);
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+        need > optin)
+        return attn_fail(ATTN_EUNSUPPORTED,
+                         "%s: D = %lld needs %d bytes of shared memory a block, and this GPU gives %d", who,
+                         (long long)D, need, optin);
+#endif
+    return ATTN_OK;
+}
+
 /* One step's launches, kp's pointers and lengths set by the caller: the sizes, the exponent's scale and
  * the workspace's two arrays (part_o, then part_lse) go in here. */
 static attn_status launch_step(const char *who, const decode_shape *s, int64_t S, decode_params *kp,
@@ -91,6 +108,7 @@ static attn_status launch_step(const char *who, const decode_shape *s, int64_t S
                          "%s: the workspace must hold %s, the partials of %lld chunks (got %zu bytes)", who,
                          attn_size_text((double)need, size, sizeof size), (long long)S, workspace_bytes);
     }
+    if ((st = check_shared_memory(who, s->D, R)) != ATTN_OK) return st;
     kp->H_kv = (int)s->H_kv, kp->N_q = (int)s->N_q, kp->R = (int)R, kp->S = (int)S;
     kp->causal = s->causal, kp->negate_q = s->scale < 0.0f, kp->scale_log2 = attn_exp2_scale(s->scale);
     kp->part_o = need ? (float *)workspace : NULL;

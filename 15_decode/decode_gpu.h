@@ -55,6 +55,10 @@ typedef struct {
 int decode_launch_f16(const decode_params *kp, int64_t B, int64_t D, void *stream, const char **why);
 int decode_launch_bf16(const decode_params *kp, int64_t B, int64_t D, void *stream, const char **why);
 
+/* The dynamic shared memory of the split kernel at head dim D for R rows a (b, g) (decode_f16.cu): the
+ * Q tile and the ring; 0 for a D it is not built for. */
+int decode_smem_bytes_of(int64_t D, int64_t R);
+
 /* The bytes of partials a step of S chunks writes to its workspace: 0 when S = 1. */
 size_t decode_gpu_workspace_bytes(const decode_shape *s, int64_t S);
 /* The chunks S of a step on the current device (its SM count, or opt->sms; opt->chunks forces S). */
