@@ -461,6 +461,11 @@ const attn_stage *attn_default_forward(const attn_stage *s, const attn_problem *
             attn_stage_available(f) == ATTN_OK)
             return f;
     }
+    /* No GPU forward takes the problem (stage 02 is fp16 only, 06-10 take a few D: bf16 at D = 1, 3 or 80
+     * has none), so the CPU reference, which takes every D and dtype, writes the O and LSE the GPU
+     * backward reads: the harness hands a backward host copies of them whichever stage made them. */
+    const attn_stage *cpu = attn_find_stage("01");
+    if (attn_stage_available(s) == ATTN_OK && attn_stage_supports(cpu, p) == ATTN_OK) return cpu;
     attn_fail(ATTN_ENODEV, "no GPU forward stage that writes LSE runs here with D = %lld, %s, for stage %s to "
               "read (--forward names one)", (long long)p->D, attn_dtype_name(p->dtype), s->id);
     return NULL;

@@ -186,8 +186,8 @@ attn_status attn_run_backward(const attn_stage *s, const attn_inputs *in, const 
  * that do (attn_stage.traces), from the registry. */
 attn_status attn_trace_refused(const attn_stage *s);
 /* The forward a backward stage runs by default: for a GPU stage the fastest forward stage (the last in
- * the registry) that writes LSE, runs on one GPU here and takes the problem; for a CPU stage stage 01.
- * NULL (with the reason in attn_last_error) when none can. */
+ * the registry) that writes LSE, runs on one GPU here and takes the problem, else (bf16 at D = 80, say)
+ * stage 01 on the CPU; for a CPU stage stage 01. NULL (with the reason in attn_last_error) when none can. */
 const attn_stage *attn_default_forward(const attn_stage *s, const attn_problem *p);
 /* attn_flops for a forward stage, 2.5 times that for a backward one (five products of the forward's
  * size, against two: the convention of FlashAttention's benchmarks). */

@@ -146,7 +146,7 @@ Test(backward, refuses_missing_grad_and_bad_forward) {
 
 /* The default forward: stage 01 for a CPU backward stage; for a GPU one, the last GPU forward stage
  * that writes LSE and takes the problem (06 at D = 96, where 07-09 refuse), never one built for
- * decoding (15, 15p: ATTN_FOR_DECODING), which take these problems too. */
+ * decoding (15, 15p: ATTN_FOR_DECODING), which take these problems too; else stage 01. */
 Test(backward, default_forward) {
     const attn_stage *cpu = first_backward(0), *gpu = first_backward(1);
     cr_assert(cpu && gpu);
@@ -165,6 +165,11 @@ Test(backward, default_forward) {
     p.D = 96;
     f = attn_default_forward(gpu, &p);
     cr_assert(!f || f->supports_dim(96));
+    /* bf16 at D = 80: no GPU forward takes it (02 is fp16 only), so the CPU reference writes O and LSE */
+    p.D = 80, p.dtype = ATTN_BF16;
+    f = attn_default_forward(gpu, &p);
+    cr_assert(f && (f->on_gpu ? attn_stage_supports(f, &p) == ATTN_OK : f == attn_find_stage("01")), "%s",
+              f ? f->id : attn_last_error());
 }
 
 /* Two runs of a model with a check: the gradients' copy comes back through attn_grads whole (every

@@ -22,7 +22,7 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
     cr_assert_eq(attn_inputs_random_grad(&in, seed ^ 0xd0), ATTN_OK, "%s", attn_last_error()); /* backward stages */
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        if (!s->on_gpu || !test_wants_stage(s->id) || attn_stage_available(s) != ATTN_OK ||
+        if (!s->on_gpu || !test_wants_stage_serial(s) || attn_stage_available(s) != ATTN_OK ||
             attn_stage_supports(s, p) != ATTN_OK)
             continue;
         attn_run_opts opt = attn_run_opts_default();
@@ -53,8 +53,9 @@ static void run_all_gpu_stages_checked(const attn_problem *p, uint64_t seed, int
     attn_inputs_free(&in);
 }
 
-/* These two run every GPU stage (16 of them) on problems of 1.7 to 17 GB, with inputs generated once:
- * they belong to the serial suite, which runs alone (make check's first phase). In the parallel phase,
+/* These two run every shipped GPU stage (test_wants_stage_serial) on problems of 1.7 to 17 GB, with
+ * inputs generated once: they belong to the serial suite, which runs alone (make check's first
+ * phase). In the parallel phase,
  * beside a thousand cases each computing its CPU reference on every core, they outran their 300 s. */
 
 /* 3 * 30000 = 90000 (b, h) pairs: more than the 65535 blocks a grid's y or z dimension holds. */
@@ -135,7 +136,7 @@ Test(serial, no_device_memory_lost_over_1000_runs, .timeout = 600) {
     cr_assert_eq(attn_inputs_random_grad(&in, 41), ATTN_OK); /* dO for the backward stages */
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        if (!s->on_gpu || !s->run || !test_wants_stage(s->id) || attn_stage_supports(s, &p) != ATTN_OK)
+        if (!s->on_gpu || !s->run || !test_wants_stage_serial(s) || attn_stage_supports(s, &p) != ATTN_OK)
             continue;
         attn_run_opts opt = attn_run_opts_default();
         opt.warmup = 0, opt.repeat = 1;
