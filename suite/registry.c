@@ -245,7 +245,7 @@ const attn_stage attn_stages[] = {
      "the chunks' partial O and LSE", GPU_RUN(stage15_run), ATTN_FORWARD,
      stage15_bytes, 0, "15_decode/decode_kernel.cuh", ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_FOR_DECODING},
     {"15p", "15_decode", "decode_paged",
-     "stage 15 reading K and V through a block table: pages of 64 keys in a shuffled pool (a paged KV cache)",
+     "road: stage 15 reading K and V through a block table, pages of 64 keys in a shuffled pool (a paged KV cache)",
      SM80_UP, 1, F16_BF16, STAGE15_DIMS_TEXT, stage15_supports_dim, stage15_workspace_bytes,
      "the chunks' partial O and LSE", GPU_RUN(stage15p_run), ATTN_FORWARD,
      stage15_bytes, 0, "15_decode/decode_kernel.cuh",
