@@ -1,22 +1,25 @@
 /*
- * decode_cpu.c: stage 15m, flash-decoding as plain C on the CPU: a model of the split-KV kernel and
- * its combine, written before the kernel (there is none yet; README.md says what it will be).
+ * decode_cpu.c: stage 15m, flash-decoding as plain C on the CPU: the model of stage 15's kernel
+ * (decode_kernel.cuh) and its combine.
  *
  * Two "launches", as the GPU runs them:
  *   split    one block per (sequence b, K/V head g, chunk c): B * H_kv * S blocks. The block's rows
  *            are the R = (H / H_kv) * N_q query rows that read head g (the grouped heads packed as
  *            rows: row r is query head g * (H / H_kv) + r / N_q, query r % N_q), so each key of the
- *            chunk is read once for all of them. It walks its chunk in key tiles of DECODE_BC keys with
- *            the online softmax of stage 04 (m, l, alpha, exp2 with scale * log2 e) and writes, per
- *            row, the partial O_c = O / l in fp32 and LSE_c = m ln 2 + ln l (the m in log2 units).
+ *            chunk is read once for all of them. It walks its chunk in key tiles of DECODE_BC keys.
+ *            Each tile's keys are split among WK warps (decode_key_warps: 4 at R <= 16), warp w
+ *            taking keys w Bc / WK .. of every tile with its own online softmax (stage 04's m, l,
+ *            alpha, exp2 with scale * log2 e); the block then merges its WK warp partials by their
+ *            LSEs, in warp order, and writes per row the chunk's partial O_c = O / l in fp32 and
+ *            LSE_c = m ln 2 + ln l (the m in log2 units).
  *   combine  one block per (b, g): each row's S partials merged by their LSEs in chunk order, with
  *            stage 10's merge (cp_merge_row), then O rounded to 16 bits and the LSE stored.
  * A row that sees none of a chunk's keys (causal: the chunk lies past the row's last key; or a chunk
  * past the sequence's end) has l = 0: its partial is O_c = 0 and LSE_c = -inf, whose merge weight is
- * exactly 0 (cp_merge.h), so no 0/0 reaches O.
+ * exactly 0 (cp_merge.h), so no 0/0 reaches O. The same holds for a warp's share of a chunk.
  *
- * P stays fp32 here: the kernel is not written, and whether it multiplies P V on tensor cores (P in
- * 16 bits, as 06m models) is its choice; the check's tolerance covers both (suite/check.c, term b).
+ * P is rounded to the inputs' 16 bits before P V, as the kernel's mma takes it; l sums it unrounded.
+ * The kernel's rows are padded to 16 and split over lanes; the model keeps whole rows and no padding.
  * Every element is summed in a fixed order whatever the threads: the model is bit-for-bit repeatable.
  */
 #include <math.h>
@@ -55,13 +58,6 @@ int64_t choose_chunks(int64_t B, int64_t H_kv, int64_t max_len, int sms) {
     return S > 1 ? S : 1;
 }
 
-void decode_chunk_keys(int64_t len, int64_t S, int64_t c, int64_t *first, int64_t *end) {
-    const int64_t per = (len + S - 1) / S; /* keys a chunk: the last chunks may get fewer, or none */
-    const int64_t f = c * per < len ? c * per : len;
-    *first = f;
-    *end = f + per < len ? f + per : len;
-}
-
 /* ---- arguments -------------------------------------------------------------------------------- */
 
 static attn_status validate_shape(const decode_shape *s) {
@@ -97,8 +93,9 @@ static attn_status validate_shape(const decode_shape *s) {
     return ATTN_OK;
 }
 
-/* Every block-table entry a sequence uses (its first ceil(cache_len / page_size)) names a page. */
-static attn_status validate_cache(const decode_shape *s, const decode_cache *c) {
+/* Every block-table entry a sequence uses (its first ceil(cache_len / page_size)) names a page; read
+ * only where the table is on the host (read_table). */
+static attn_status validate_cache(const decode_shape *s, const decode_cache *c, int read_table) {
     if (!c->k || !c->v) return attn_fail(ATTN_EINVAL, "decode: the K and V pools must not be NULL");
     if (c->page_size < 1 || c->page_size > ATTN_MAX_N)
         return attn_fail(ATTN_EINVAL, "decode: page_size must be 1..%d (got %lld)", ATTN_MAX_N,
@@ -118,7 +115,7 @@ static attn_status validate_cache(const decode_shape *s, const decode_cache *c) 
                 "page_size %lld (got %lld)",
                 (long long)pages, (long long)b, s->cache_len[b], (long long)c->page_size,
                 (long long)c->table_stride);
-        for (int64_t e = 0; e < pages; e++) {
+        for (int64_t e = 0; e < pages && read_table; e++) {
             const int32_t id = c->block_table[b * c->table_stride + e];
             if (id < 0 || id >= c->num_pages)
                 return attn_fail(
@@ -130,16 +127,25 @@ static attn_status validate_cache(const decode_shape *s, const decode_cache *c) 
     return ATTN_OK;
 }
 
-attn_status decode_validate(const decode_shape *s, const decode_cache *c, const decode_opts *opt) {
+static attn_status validate(const decode_shape *s, const decode_cache *c, const decode_opts *opt,
+                            int read_table) {
     if (!s || !c) return attn_fail(ATTN_EINVAL, "decode: the shape and the cache must not be NULL");
     attn_status st = validate_shape(s);
-    if (st == ATTN_OK) st = validate_cache(s, c);
+    if (st == ATTN_OK) st = validate_cache(s, c, read_table);
     if (st == ATTN_OK && opt && (opt->chunks < 0 || opt->chunks > ATTN_MAX_N))
         return attn_fail(ATTN_EINVAL, "decode: chunks must be 0 (choose) or 1..%d (got %lld)", ATTN_MAX_N,
                          (long long)opt->chunks);
     if (st == ATTN_OK && opt && opt->sms < 0)
         return attn_fail(ATTN_EINVAL, "decode: sms must be 0 (default) or more (got %d)", opt->sms);
     return st;
+}
+
+attn_status decode_validate(const decode_shape *s, const decode_cache *c, const decode_opts *opt) {
+    return validate(s, c, opt, 1);
+}
+
+attn_status decode_validate_device(const decode_shape *s, const decode_cache *c, const decode_opts *opt) {
+    return validate(s, c, opt, 0);
 }
 
 /* ---- the split: one block per (sequence, K/V head, chunk) ------------------------------------- */
@@ -150,6 +156,7 @@ typedef struct {
     const uint16_t *q;
     decode_bug bug;
     int64_t S, G, R; /* chunks a sequence, query heads a K/V head, rows a block (G * N_q) */
+    int64_t WK;      /* warps sharing a tile's keys (decode_key_warps(R)), Bc / WK keys each */
     float sl2;       /* |scale| log2 e, the one multiplier of exp2 (attn_exp2_scale) */
     float *part_o;   /* [B, H_kv, S, R, D] fp32: each chunk's O / l */
     float *part_lse; /* [B, H_kv, S, R]: each chunk's LSE, natural log */
@@ -160,9 +167,10 @@ typedef struct {
     float *Qs;    /* R x D: the block's query rows, times the sign of scale */
     float *Kt;    /* D x DECODE_BC: a key tile, transposed */
     float *Vs;    /* DECODE_BC x D */
-    float *S;     /* R x DECODE_BC: scores, then P */
-    float *O;     /* R x D: the accumulator */
-    float *m, *l; /* R: running max (raw score units) and sum */
+    float *S;     /* R x Bc / WK: one warp's scores, then P */
+    float *O;     /* WK x R x D: each warp's accumulator */
+    float *m, *l; /* WK x R: each warp's running max (raw score units) and sum */
+    float *row;   /* D: one warp's partial of one row, on its way into the merge */
 } decode_scratch;
 
 /* The query head that row group hh (0 .. G-1) of K/V head g's block is: g G + hh. */
@@ -211,55 +219,73 @@ static void mask_causal(const decode_ctx *x, decode_scratch *w, int64_t len, int
     }
 }
 
-/* Stage 04's step for every row: m_new = max(m, max_j s_j), alpha = 2^((m - m_new) sl2), l and O
- * rescaled by alpha, P = 2^((s - m_new) sl2) added. A row with no visible key yet keeps m = -inf and
- * takes m_new sl2 as 0, so that no -inf - (-inf) is formed: its P and alpha are 2^-inf = 0. */
-static void online_softmax_update(const decode_ctx *x, decode_scratch *w, int n) {
+static float round16(float x, attn_dtype t) { return attn_to_f32(attn_from_f32(x, t), t); }
+
+/* Stage 04's step for every row, over warp w's n keys of the tile (P in S, n to a row): m_new =
+ * max(m, max_j s_j), alpha = 2^((m - m_new) sl2), l and O rescaled by alpha, P = 2^((s - m_new) sl2)
+ * added. A row with no visible key yet keeps m = -inf and takes m_new sl2 as 0, so that no
+ * -inf - (-inf) is formed: its P and alpha are 2^-inf = 0. alpha subtracts two rounded products, so
+ * that an unchanged max gives exactly 1 (06m says why: an fma's unrounded product drifted the LSE). */
+static void online_softmax_update(const decode_ctx *x, decode_scratch *w, int64_t part, int c0, int n) {
     const int64_t D = x->s->D;
+    float *m = w->m + part * x->R, *l = w->l + part * x->R;
     for (int64_t r = 0; r < x->R; r++) {
-        float *s = w->S + r * n, *O = w->O + r * D;
-        const float mx = fmaxf(w->m[r], cpu_tile_row_max(s, n));
+        float *s = w->S + r * n, *O = w->O + (part * x->R + r) * D;
+        const float mx = fmaxf(m[r], cpu_tile_row_max(s, n));
         const float msc = (mx == -INFINITY ? 0.0f : mx) * x->sl2;
-        const float alpha = exp2f(fmaf(w->m[r], x->sl2, -msc));
+        const float alpha = exp2f(m[r] * x->sl2 - msc);
         float rowsum = 0.0f;
         for (int c = 0; c < n; c++) {
-            s[c] = exp2f(fmaf(s[c], x->sl2, -msc));
-            rowsum += s[c];
+            const float p = exp2f(fmaf(s[c], x->sl2, -msc));
+            rowsum += p;
+            s[c] = round16(p, x->s->dtype); /* the mma's 16-bit A operand */
         }
-        w->m[r] = mx;
-        w->l[r] = w->l[r] * alpha + rowsum;
+        m[r] = mx;
+        l[r] = l[r] * alpha + rowsum;
         for (int64_t d = 0; d < D; d++) O[d] *= alpha;
     }
-    cpu_tile_pv(w->O, w->S, (int)x->R, n, w->Vs, 0, (int)D);
+    cpu_tile_pv(w->O + part * x->R * D, w->S, (int)x->R, n, w->Vs, c0, (int)D);
 }
 
-/* The chunk's partial of every row: O_c = O / l and LSE_c = m sl2 ln 2 + ln l; a row that saw no key
- * of the chunk (l = 0) gets O_c = 0 and LSE_c = -inf, its weight in the merge exactly 0. */
-static void store_partial(const decode_ctx *x, const decode_scratch *w, int64_t blk) {
+/* The chunk's partial of every row: each warp's O_w = O / l and LSE_w = m sl2 ln 2 + ln l (a warp that
+ * saw no key of the row: O_w = 0, LSE_w = -inf, its weight exactly 0), merged in warp order from
+ * (-inf, 0) with cp_merge_row, as the kernel merges them in shared memory. */
+static void store_partial(const decode_ctx *x, decode_scratch *w, int64_t blk) {
     const int64_t D = x->s->D;
     float *o = x->part_o + blk * x->R * D, *lse = x->part_lse + blk * x->R;
     for (int64_t r = 0; r < x->R; r++) {
-        const float l = w->l[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int64_t d = 0; d < D; d++) o[r * D + d] = w->O[r * D + d] * inv;
-        lse[r] = l > 0.0f ? w->m[r] * x->sl2 * ATTN_LN2 + logf(l) : -INFINITY;
+        lse[r] = -INFINITY;
+        memset(o + r * D, 0, (size_t)D * sizeof(float));
+        for (int64_t part = 0; part < x->WK; part++) {
+            const int64_t i = part * x->R + r;
+            const float l = w->l[i], inv = l > 0.0f ? 1.0f / l : 0.0f;
+            for (int64_t d = 0; d < D; d++) w->row[d] = w->O[i * D + d] * inv;
+            cp_merge_row(&lse[r], o + r * D, l > 0.0f ? w->m[i] * x->sl2 * ATTN_LN2 + logf(l) : -INFINITY,
+                         w->row, D);
+        }
     }
 }
 
-/* Block blk = (b H_kv + g) S + c: its chunk's keys in tiles of DECODE_BC, then its partials. */
+/* Block blk = (b H_kv + g) S + c: its chunk's keys in tiles of DECODE_BC, each tile's keys split among
+ * the WK warps (keys w Bc / WK .. of every tile, fewer or none in a chunk's short last tile), then its
+ * partials. */
 static void split_block(const decode_ctx *x, decode_scratch *w, int64_t blk) {
     const int64_t c = blk % x->S, bg = blk / x->S, b = bg / x->s->H_kv, g = bg % x->s->H_kv;
-    const int64_t len = x->s->cache_len[b], D = x->s->D;
+    const int64_t len = x->s->cache_len[b], D = x->s->D, kw = DECODE_BC / x->WK;
     int64_t first, end;
     decode_chunk_keys(len, x->S, c, &first, &end);
     load_block_queries(x, w, b, g);
-    for (int64_t r = 0; r < x->R; r++) w->m[r] = -INFINITY, w->l[r] = 0.0f;
-    memset(w->O, 0, (size_t)(x->R * D) * sizeof(float));
+    for (int64_t i = 0; i < x->WK * x->R; i++) w->m[i] = -INFINITY, w->l[i] = 0.0f;
+    memset(w->O, 0, (size_t)(x->WK * x->R * D) * sizeof(float));
     for (int64_t k0 = first; k0 < end; k0 += DECODE_BC) {
         const int n = (int)(end - k0 < DECODE_BC ? end - k0 : DECODE_BC);
         load_key_tile(x, w, b, g, k0, n);
-        cpu_tile_scores(w->S, w->Qs, (int)x->R, w->Kt, n, 0, n, (int)D);
-        if (x->s->causal) mask_causal(x, w, len, k0, n);
-        online_softmax_update(x, w, n);
+        for (int64_t part = 0; part < x->WK && part * kw < n; part++) {
+            const int c0 = (int)(part * kw), nw = (int)(n - c0 < kw ? n - c0 : kw);
+            cpu_tile_scores(w->S, w->Qs, (int)x->R, w->Kt, n, c0, nw, (int)D);
+            if (x->s->causal) mask_causal(x, w, len, k0 + c0, nw);
+            online_softmax_update(x, w, part, c0, nw);
+        }
     }
     store_partial(x, w, blk);
 }
@@ -294,16 +320,16 @@ static void combine_block(const decode_ctx *x, int64_t bg, float *row, uint16_t 
 /* ---- the launches ----------------------------------------------------------------------------- */
 
 static void scratch_free(decode_scratch *w) {
-    free(w->Qs), free(w->Kt), free(w->Vs), free(w->S), free(w->O), free(w->m), free(w->l);
+    free(w->Qs), free(w->Kt), free(w->Vs), free(w->S), free(w->O), free(w->m), free(w->l), free(w->row);
 }
 
-static int scratch_alloc(decode_scratch *w, int64_t R, int64_t D) {
+static int scratch_alloc(decode_scratch *w, int64_t R, int64_t WK, int64_t D) {
     const size_t f = sizeof(float);
     w->Qs = attn_alloc((size_t)(R * D) * f), w->Kt = attn_alloc((size_t)(D * DECODE_BC) * f);
     w->Vs = attn_alloc((size_t)(DECODE_BC * D) * f), w->S = attn_alloc((size_t)(R * DECODE_BC) * f);
-    w->O = attn_alloc((size_t)(R * D) * f), w->m = attn_alloc((size_t)R * f),
-    w->l = attn_alloc((size_t)R * f);
-    return w->Qs && w->Kt && w->Vs && w->S && w->O && w->m && w->l;
+    w->O = attn_alloc((size_t)(WK * R * D) * f), w->m = attn_alloc((size_t)(WK * R) * f),
+    w->l = attn_alloc((size_t)(WK * R) * f), w->row = attn_alloc((size_t)D * f);
+    return w->Qs && w->Kt && w->Vs && w->S && w->O && w->m && w->l && w->row;
 }
 
 /* The split kernel: every block of the grid, spread over the threads as the SMs take blocks. Every
@@ -315,7 +341,7 @@ static int launch_split(const decode_ctx *x) {
 #pragma omp parallel reduction(| : failed)
     {
         decode_scratch w;
-        const int have = scratch_alloc(&w, x->R, x->s->D);
+        const int have = scratch_alloc(&w, x->R, x->WK, x->s->D);
         failed |= !have;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t blk = 0; blk < blocks; blk++)
@@ -339,7 +365,7 @@ static int launch_combine(const decode_ctx *x, uint16_t *o, float *lse) {
     return failed;
 }
 
-static int64_t longest_cache(const decode_shape *s) {
+int64_t decode_longest_cache(const decode_shape *s) {
     int64_t max_len = 0;
     for (int64_t b = 0; b < s->B; b++)
         if (s->cache_len[b] > max_len) max_len = s->cache_len[b];
@@ -351,15 +377,20 @@ attn_status decode_cpu_paged(const decode_shape *s, const uint16_t *q, const dec
     attn_status st = decode_validate(s, c, opt);
     if (st != ATTN_OK) return st;
     if (!q || !o) return attn_fail(ATTN_EINVAL, "decode: Q and O must not be NULL");
-    decode_ctx x = {
-        s, c, q, opt ? opt->bug : DECODE_EXACT, 0, s->H / s->H_kv, 0, attn_exp2_scale(s->scale), NULL, NULL};
+    decode_ctx x = {.s = s,
+                    .c = c,
+                    .q = q,
+                    .bug = opt ? opt->bug : DECODE_EXACT,
+                    .G = s->H / s->H_kv,
+                    .sl2 = attn_exp2_scale(s->scale)};
     x.R = x.G * s->N_q;
+    x.WK = decode_key_warps(x.R);
     if (x.R > ATTN_MAX_N)
         return attn_fail(ATTN_EINVAL,
                          "decode: (H / H_kv) * N_q, the rows of one block, must be 1..%d (got %lld)",
                          ATTN_MAX_N, (long long)x.R);
-    x.S =
-        opt && opt->chunks ? opt->chunks : choose_chunks(s->B, s->H_kv, longest_cache(s), opt ? opt->sms : 0);
+    x.S = opt && opt->chunks ? opt->chunks
+                             : choose_chunks(s->B, s->H_kv, decode_longest_cache(s), opt ? opt->sms : 0);
     const double parts = (double)s->B * (double)s->H_kv * (double)x.S * (double)x.R;
     char size[32];
     attn_size_text(parts * (double)(s->D + 1) * sizeof(float), size, sizeof size);

@@ -18,6 +18,7 @@
 #define ATTN_DECODE_CPU_H
 
 #include "attn.h"
+#include "decode_split.h" /* decode_chunk_keys, DECODE_BC: the kernel's split, shared */
 #include "stage.h"
 
 #ifdef __cplusplus
@@ -56,19 +57,20 @@ typedef struct {
 #define DECODE_DEFAULT_SMS 132    /* H100 SXM and H200: 132 SMs */
 #define DECODE_MIN_CHUNK_KEYS 256 /* the fewest keys choose_chunks gives a chunk (decode_cpu.c says why) */
 #define DECODE_MAX_CHUNKS 128     /* the most chunks choose_chunks makes of one sequence */
-#define DECODE_BC 64              /* keys per key tile inside a chunk, as stages 04-06 */
 
 /* The number of chunks S of every sequence's keys, for B sequences of H_kv K/V heads whose longest
  * cache holds max_len keys, on a GPU of `sms` SMs. The grid is B * H_kv * S blocks; decode_cpu.c
  * gives the rule and its numbers. */
 int64_t choose_chunks(int64_t B, int64_t H_kv, int64_t max_len, int sms);
 
-/* Chunk c of S over len keys: keys [*first, *end), as even as ceil(len / S) keys a chunk makes them;
- * the chunks past the last key are empty (*first == *end). */
-void decode_chunk_keys(int64_t len, int64_t S, int64_t c, int64_t *first, int64_t *end);
+/* The longest of the B caches, max_b cache_len[b] (what choose_chunks plans for). */
+int64_t decode_longest_cache(const decode_shape *s);
 
 /* ATTN_OK, or ATTN_EINVAL naming the argument and its allowed range. */
 attn_status decode_validate(const decode_shape *s, const decode_cache *c, const decode_opts *opt);
+/* The same but for the block table's entries, which a GPU caller keeps on the device (decode_gpu.h):
+ * the table's pointer and size are checked, its page ids are the caller's to vouch for. */
+attn_status decode_validate_device(const decode_shape *s, const decode_cache *c, const decode_opts *opt);
 
 /* O and LSE of one decoding step from a paged cache. opt may be NULL (chosen chunks, no bug). lse may
  * be NULL. Allocates its partials (ATTN_ENOMEM with the size when it cannot). */

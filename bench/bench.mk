@@ -25,6 +25,13 @@
 #                              table on stdout, roofline.png into $(PLOTS_DIR); CEILINGS defaults to the
 #                              one bench/ceilings.py wrote beside the CSV (make bench measures it where
 #                              PyTorch sees a GPU)
+#   make bench-decode          decoding (issue 60): bench/decode_peers.py (SDPA with enable_gqa on each
+#                              backend, flash-attn-4, where PyTorch sees a GPU), then attn-bench --decode
+#                              (B=1,8 H=32 H_kv=8 N_q=1 N_k=8k..128k D=128: every forward stage that takes
+#                              the shape), merged into $(DECODE_CSV), then its tables (report.sh decode):
+#                              time, K/V bandwidth and its share of BENCH_PEAK_GBS (default 4300 GB/s).
+#                              DECODE_ARGS='--seqs 32768 --batches 1' for attn-bench and the peers alike;
+#                              PEERS=0 without the peers. Fails as make bench does (a FAIL row, a bad flag)
 #   make bench-results CSV=path   the CSV and its PNGs into bench/results/, and the generated blocks
 #                              of README.md, bench/README.md and NN_*/README.md rewritten from them
 #   make road-table ROAD=08 CSV=bench/results/bench.csv
@@ -58,7 +65,9 @@ BENCH_FLAGS = $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(COLD)
 BENCH_COMMIT = $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && \
   { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 
-.PHONY: bench bench-peers plots roofline bench-results fa2-road-table road-table
+.PHONY: bench bench-peers bench-decode plots roofline bench-results fa2-road-table road-table
+DECODE_CSV  ?= $(BUILD)/bench/decode.csv
+DECODE_ARGS ?=
 
 $(BENCH_BIN): bench/bench_main.c $(LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -99,6 +108,22 @@ bench: $(BENCH_BIN)
 	sh bench/report.sh plots "$$csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
 	[ ! -s "$${part}_ceilings.csv" ] || sh bench/roofline.sh plot "$$csv" "$${part}_ceilings.csv" $(call sh_quote,$(PLOTS_DIR)) || true; \
 	echo "bench: $$csv, $$(( $$(date +%s) - t0 )) s in all (peers, stages, tables, plots)" >&2; exit $$rc
+
+# Decoding's rows: the peers' CSV and attn-bench's share attn-bench --decode's columns, so the merge keeps
+# the first header and every row. attn-bench checks its flags and the CSV path first (--dry-run).
+bench-decode: $(BENCH_BIN)
+	@case "$(PEERS)" in ''|0|1) ;; *) echo "bench-decode: PEERS must be 0 or 1 (got '$(PEERS)')" >&2; exit 2 ;; esac
+	@csv=$(call sh_quote,$(DECODE_CSV)); part="$${csv%.*}"; mkdir -p -- "$$(dirname -- "$$csv")"; \
+	$(call sh_quote,$(BENCH_BIN)) --decode --dry-run --csv "$${part}_stages.csv" $(DECODE_ARGS) || exit $$?; \
+	rm -f "$${part}_stages.csv" "$${part}_peers.csv"; rc=0; \
+	if [ "$(PEERS)" != 0 ] && command -v $(PYTHON) >/dev/null 2>&1; then \
+	  $(PYTHON) bench/decode_peers.py --csv "$${part}_peers.csv" --commit $(BENCH_COMMIT) $(DECODE_ARGS) \
+	    || echo "bench-decode: bench/decode_peers.py failed; going on without the peers" >&2; fi; \
+	$(call sh_quote,$(BENCH_BIN)) --decode --csv "$${part}_stages.csv" --commit $(BENCH_COMMIT) $(DECODE_ARGS) || rc=$$?; \
+	[ -f "$${part}_stages.csv" ] || { echo "bench-decode: attn-bench wrote no CSV (exit $$rc)" >&2; exit 1; }; \
+	set -- "$${part}_stages.csv"; [ ! -f "$${part}_peers.csv" ] || set -- "$$@" "$${part}_peers.csv"; \
+	awk 'FNR == 1 && NR != 1 { next } { print }' "$$@" > "$$csv.tmp" && mv -f "$$csv.tmp" "$$csv" || rc=1; \
+	echo; sh bench/report.sh decode "$$csv" || rc=1; echo "bench-decode: $$csv" >&2; exit $$rc
 
 # The same as make bench (the peers run whenever PyTorch with CUDA is there); kept as a name.
 bench-peers: bench

@@ -38,16 +38,19 @@
 #define MAX_WARMUP 20000 /* untimed runs: 100 ms of a 5 us kernel */
 #define DEFAULT_DIR "build/bench"
 #define DEFAULT_CSV DEFAULT_DIR "/bench_stages.csv"
+#define DECODE_CSV DEFAULT_DIR "/decode_stages.csv" /* --decode's default */
 
 typedef struct {
     int quick, cpu_only, cold, dry_run, help, no_backward, no_forward;
+    int decode; /* --decode: the decoding sweep (N_q new queries over N_k cached keys, --seqs as N_k) */
     const char *csv;
     char commit[304]; /* clean_field()'s, at most 300 bytes */
     int64_t B, H, seqs[MAX_LIST], dims[MAX_LIST];
-    int nseqs, ndims, causal_mode; /* causal_mode -1: both */
+    int64_t kv_heads, queries, batches[MAX_LIST]; /* --decode's H_kv, N_q and batch sizes */
+    int nseqs, ndims, nbatches, causal_mode;      /* causal_mode -1: both */
     double repeat_ms, warmup_ms, cpu_limit_s, gpu_limit_s;
     int64_t check_rows;
-    int stage_sel[MAX_STAGES], nstage_sel, cpu_limit_set;
+    int stage_sel[MAX_STAGES], nstage_sel, cpu_limit_set, causal_set;
 } cfg_t;
 
 /* One stage at one point: one CSV line. NAN where a value is absent. */
@@ -96,6 +99,15 @@ static void usage(FILE *f) {
         "                     line, run nothing (make bench asks this before the peers run)\n"
         "  --commit STR       commit recorded in the CSV (make passes git rev-parse --short HEAD);\n"
         "                     ',' and '|' become ';', '\"' becomes \"'\", white space one space\n"
+        "  --decode           the decoding sweep instead (make bench-decode): --queries new queries\n"
+        "                     a sequence over a cache of N_k keys, --seqs the N_k (default\n"
+        "                     8192,...,131072), --batches B (default 1,8), --heads 32, --kv-heads 8,\n"
+        "                     --dims 128, --causal 0; every forward stage that takes the shape (the\n"
+        "                     rest: unsupported rows); its CSV (default build/bench/decode_stages.csv)\n"
+        "                     has H_kv, N_q, N_k and the K/V bandwidth, kv_gbps = K and V bytes / time\n"
+        "  --batches LIST     --decode's batch sizes\n"
+        "  --kv-heads H_KV    --decode's K/V heads, dividing --heads (default 8)\n"
+        "  --queries N_Q      --decode's new queries a sequence (default 1)\n"
         "  --help\n");
 }
 
@@ -188,6 +200,10 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     if (bad) {
     } else if (!strcmp(flag, "--batch")) hi = ATTN_MAX_B, bad = parse_i64(val, lo, hi, &c->B);
     else if (!strcmp(flag, "--heads")) hi = ATTN_MAX_H, bad = parse_i64(val, lo, hi, &c->H);
+    else if (!strcmp(flag, "--kv-heads")) hi = ATTN_MAX_H, bad = parse_i64(val, lo, hi, &c->kv_heads);
+    else if (!strcmp(flag, "--queries")) hi = ATTN_MAX_N, bad = parse_i64(val, lo, hi, &c->queries);
+    else if (!strcmp(flag, "--batches"))
+        hi = ATTN_MAX_B, list = 1, bad = parse_list(flag, val, lo, hi, c->batches, &c->nbatches);
     else if (!strcmp(flag, "--seqs"))
         hi = ATTN_MAX_N, list = 1, bad = parse_list(flag, val, lo, hi, c->seqs, &c->nseqs);
     else if (!strcmp(flag, "--dims"))
@@ -204,6 +220,7 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
     else if (!strcmp(flag, "--commit"))
         clean_field(c->commit, sizeof c->commit, val);
     else if (!strcmp(flag, "--causal")) {
+        c->causal_set = 1;
         if (!strcmp(val, "both")) c->causal_mode = -1;
         else if (!strcmp(val, "0") || !strcmp(val, "1")) c->causal_mode = val[0] - '0';
         else bad = 1;
@@ -225,10 +242,12 @@ static int set_flag(cfg_t *c, const char *flag, const char *val) {
 }
 
 /* The flags, matched whole: the switches, then those that take a value (FLAG VALUE or FLAG=VALUE). */
-static const char *const switches[] = {"--quick", "--cold", "--cpu-only", "--dry-run", "--no-backward", "--no-forward"};
+static const char *const switches[] = {"--quick", "--cold", "--cpu-only", "--dry-run", "--no-backward", "--no-forward",
+                                       "--decode"};
 static const char *const value_flags[] = {"--batch",     "--heads",     "--seqs",      "--dims",      "--causal",
                                           "--stages",    "--repeat-ms", "--warmup-ms", "--check-rows", "--cpu-limit",
-                                          "--gpu-limit", "--csv",       "--commit"};
+                                          "--gpu-limit", "--csv",       "--commit",    "--batches",   "--kv-heads",
+                                          "--queries"};
 #define NSWITCH (int)(sizeof switches / sizeof switches[0])
 #define NFLAGS (NSWITCH + (int)(sizeof value_flags / sizeof value_flags[0]))
 
@@ -267,7 +286,8 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
         const char *flag = f < NSWITCH ? switches[f] : value_flags[f - NSWITCH];
         if (seen[f]++) return fprintf(stderr, "attn-bench: %s given twice\n", flag), -1;
         if (f < NSWITCH) {
-            int *const on[NSWITCH] = {&c->quick, &c->cold, &c->cpu_only, &c->dry_run, &c->no_backward, &c->no_forward};
+            int *const on[NSWITCH] = {&c->quick,       &c->cold,       &c->cpu_only, &c->dry_run,
+                                      &c->no_backward, &c->no_forward, &c->decode};
             *on[f] = 1;
             continue;
         }
@@ -280,11 +300,38 @@ static int parse_args(int argc, char **argv, cfg_t *c) {
     if (c->nstage_sel && (c->no_backward || c->no_forward))
         return fprintf(stderr, "attn-bench: --stages and %s together: --stages alone says which stages run\n",
                        c->no_backward ? "--no-backward" : "--no-forward"), -1;
+    if (!c->decode && (c->nbatches || c->kv_heads || c->queries))
+        return fprintf(stderr, "attn-bench: --batches, --kv-heads and --queries are --decode's\n"), -1;
+    if (c->decode && (c->B || c->quick || c->no_backward || c->no_forward))
+        return fprintf(stderr, "attn-bench: --decode takes --batches, not --batch, and runs the forward stages "
+                       "alone (no --quick, --no-backward, --no-forward)\n"), -1;
     return 0;
+}
+
+/* --decode's sweep, issue 60's cache-bound shapes: B = 1 and 8, H = 32 query heads over H_kv = 8, one
+ * new query, D = 128, N_k = 8k to 128k cached keys, non-causal (one query at the end of its sequence
+ * sees every key either way); every forward stage. Flags given override them. */
+static void apply_decode_defaults(cfg_t *c) {
+    static const int64_t seqs[] = {8192, 16384, 32768, 65536, 131072}, batches[] = {1, 8};
+    if (!c->nbatches) memcpy(c->batches, batches, (size_t)(c->nbatches = 2) * sizeof *batches);
+    if (!c->nseqs) memcpy(c->seqs, seqs, (size_t)(c->nseqs = 5) * sizeof *seqs);
+    if (!c->ndims) c->dims[0] = 128, c->ndims = 1;
+    if (!c->H) c->H = 32;
+    if (!c->kv_heads) c->kv_heads = 8;
+    if (!c->queries) c->queries = 1;
+    if (!c->causal_set) c->causal_mode = 0;
+    if (!strcmp(c->csv, DEFAULT_CSV)) c->csv = DECODE_CSV;
+    if (!c->nstage_sel)
+        for (int i = 0; i < attn_num_stages && i < MAX_STAGES; i++)
+            if (attn_stages[i].pass == ATTN_FORWARD) c->stage_sel[c->nstage_sel++] = i;
 }
 
 /* Defaults that depend on whether the GPU stages can run; flags given override them. */
 static void apply_defaults(cfg_t *c, int gpu) {
+    if (c->decode) {
+        apply_decode_defaults(c);
+        return;
+    }
     static const int64_t gpu_seqs[] = {512, 1024, 2048, 4096, 8192, 16384};
     static const int64_t cpu_seqs[] = {256, 512, 1024}, quick_seqs[] = {128, 512, 1024};
     static const int64_t dims[] = {64, 128};
@@ -423,7 +470,13 @@ static void progress(const sweep_t *sw, const row_t *r, double secs) {
     fprintf(stderr, "[%*zu/%d] D=%-3lld %-10s N=%-6lld %s %-14s ", sw->total >= 100 ? 3 : 2, sw->nrows,
             sw->total, (long long)r->p.D, r->p.causal ? "causal" : "non-causal", (long long)r->p.N,
             r->s->id, r->s->name);
-    if (!strcmp(r->status, "ok") || !strcmp(r->status, "FAIL"))
+    if (sw->c->decode) fprintf(stderr, "B=%-3lld N_k=%-7lld ", (long long)r->p.B, (long long)r->p.N_k);
+    const double kv = 4.0 * (double)r->p.B * (double)r->p.H_kv * (double)r->p.N_k * (double)r->p.D;
+    if ((!strcmp(r->status, "ok") || !strcmp(r->status, "FAIL")) && sw->c->decode)
+        fprintf(stderr, "%9.4g ms %8.1f GB/s K,V %3d reps  %s%s%s  (%.1f s: run %.2f, check %.2f)\n", r->ms,
+                kv / (r->ms * 1e6), r->repeats, r->check, r->note[0] ? "  " : "", r->note, secs, r->run_s,
+                r->check_s);
+    else if (!strcmp(r->status, "ok") || !strcmp(r->status, "FAIL"))
         fprintf(stderr, "%9.4g ms %8.4g TFLOP/s %3d reps  %s%s%s  (%.1f s: run %.2f, check %.2f)\n", r->ms,
                 r->tflops, r->repeats, r->check, r->note[0] ? "  " : "", r->note, secs, r->run_s, r->check_s);
     else
@@ -575,43 +628,60 @@ static int backward_selected(const cfg_t *c) {
     return 0;
 }
 
+/* One point of a sweep: its inputs (one set for both causal settings: they do not change the inputs;
+ * seed from the point's place in the sweep), then every selected stage, causal and not as asked. */
+static void sweep_point(sweep_t *sw, const attn_problem *p, uint64_t seed) {
+    const cfg_t *c = sw->c;
+    attn_inputs in;
+    memset(&in, 0, sizeof in);
+    attn_status ist = ATTN_OK;
+    char why[256] = "";
+    const int need = inputs_needed(sw, p);
+    if (need) {
+        double t0 = now_s();
+        fprintf(stderr, "inputs B=%lld H=%lld N=%lld D=%lld", (long long)p->B, (long long)p->H, (long long)p->N,
+                (long long)p->D);
+        if (c->decode) fprintf(stderr, " H_kv=%lld N_k=%lld", (long long)p->H_kv, (long long)p->N_k);
+        fprintf(stderr, " ... ");
+        ist = attn_inputs_random(&in, p, 0xA77E + seed, ATTN_INIT_NORMAL);
+        if (ist == ATTN_OK && backward_selected(c)) /* dO for the backward stages */
+            ist = attn_inputs_random_grad(&in, 0xD0A77E + seed);
+        if (ist == ATTN_OK && sw->gpu_ok) (void)attn_gpu_hold_inputs(&in); /* one upload per point */
+        sw->o_host = ist == ATTN_OK ? attn_alloc((size_t)attn_qkv_elems(p) * 2) : NULL;
+        sw->lse_host = ist == ATTN_OK ? attn_alloc((size_t)attn_rows(p) * 4) : NULL;
+        if (ist != ATTN_OK) snprintf(why, sizeof why, "inputs: %s", attn_last_error());
+        fprintf(stderr, "%s (%.1f s)\n", ist == ATTN_OK ? "done" : why, now_s() - t0);
+    }
+    for (int ci = 0; ci < (c->causal_mode < 0 ? 2 : 1); ci++) {
+        in.p = *p;
+        in.p.causal = c->causal_mode < 0 ? ci : c->causal_mode;
+        for (int k = 0; k < c->nstage_sel; k++) {
+            const attn_stage *s = &attn_stages[c->stage_sel[k]];
+            if (ist == ATTN_OK) run_point(sw, s, &in);
+            else status_row(sw, new_row(sw, s, &in.p), ist == ATTN_ENOMEM ? ist : ATTN_EINVAL, why);
+        }
+    }
+    if (need && ist == ATTN_OK) attn_inputs_free(&in);
+    attn_gpu_release_inputs(), free(sw->o_host), free(sw->lse_host);
+    sw->o_host = NULL, sw->lse_host = NULL;
+}
+
+/* The point of a sweep: (D, N) of the square sweep, or --decode's (D, B, N_k) with N = N_q queries. */
+static attn_problem sweep_problem(const cfg_t *c, int di, int bi, int ni) {
+    if (!c->decode) return attn_problem_make(c->B, c->H, c->seqs[ni], c->dims[di], 0);
+    attn_problem p = attn_problem_make(c->batches[bi], c->H, c->queries, c->dims[di], 0);
+    p.H_kv = c->kv_heads, p.N_k = c->seqs[ni];
+    return p;
+}
+
 static void run_sweep(sweep_t *sw) {
     const cfg_t *c = sw->c;
-    int nc = c->causal_mode < 0 ? 2 : 1;
     for (int di = 0; di < c->ndims; di++)
-        for (int ni = 0; ni < c->nseqs; ni++) {
-            attn_problem p = attn_problem_make(c->B, c->H, c->seqs[ni], c->dims[di], 0);
-            attn_inputs in;
-            memset(&in, 0, sizeof in);
-            attn_status ist = ATTN_OK;
-            char why[256] = "";
-            const int need = inputs_needed(sw, &p);
-            if (need) { /* one set per (D, N) for both causal settings: they do not change the inputs */
-                double t0 = now_s();
-                fprintf(stderr, "inputs B=%lld H=%lld N=%lld D=%lld ... ", (long long)p.B, (long long)p.H,
-                        (long long)p.N, (long long)p.D);
-                ist = attn_inputs_random(&in, &p, 0xA77E + (uint64_t)(di * 64 + ni), ATTN_INIT_NORMAL);
-                if (ist == ATTN_OK && backward_selected(c)) /* dO for the backward stages */
-                    ist = attn_inputs_random_grad(&in, 0xD0A77E + (uint64_t)(di * 64 + ni));
-                if (ist == ATTN_OK && sw->gpu_ok) (void)attn_gpu_hold_inputs(&in); /* one upload per point */
-                sw->o_host = ist == ATTN_OK ? attn_alloc((size_t)attn_qkv_elems(&p) * 2) : NULL;
-                sw->lse_host = ist == ATTN_OK ? attn_alloc((size_t)attn_rows(&p) * 4) : NULL;
-                if (ist != ATTN_OK) snprintf(why, sizeof why, "inputs: %s", attn_last_error());
-                fprintf(stderr, "%s (%.1f s)\n", ist == ATTN_OK ? "done" : why, now_s() - t0);
+        for (int bi = 0; bi < (c->decode ? c->nbatches : 1); bi++)
+            for (int ni = 0; ni < c->nseqs; ni++) {
+                const attn_problem p = sweep_problem(c, di, bi, ni);
+                sweep_point(sw, &p, (uint64_t)(c->decode ? (di * 64 + bi) * 64 + ni : di * 64 + ni));
             }
-            for (int ci = 0; ci < nc; ci++) {
-                in.p = p;
-                in.p.causal = c->causal_mode < 0 ? ci : c->causal_mode;
-                for (int k = 0; k < c->nstage_sel; k++) {
-                    const attn_stage *s = &attn_stages[c->stage_sel[k]];
-                    if (ist == ATTN_OK) run_point(sw, s, &in);
-                    else status_row(sw, new_row(sw, s, &in.p), ist == ATTN_ENOMEM ? ist : ATTN_EINVAL, why);
-                }
-            }
-            if (need && ist == ATTN_OK) attn_inputs_free(&in);
-            attn_gpu_release_inputs(), free(sw->o_host), free(sw->lse_host);
-            sw->o_host = NULL, sw->lse_host = NULL;
-        }
 }
 
 /* ---- CSV: written to a new temporary file beside PATH, renamed when complete ------------------ */
@@ -655,6 +725,31 @@ static void csv_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *da
         fprintf(f, "%g,", sw->c->warmup_ms);
         if (r->repeats > 0) fprintf(f, "%d", r->gpus);
         fprintf(f, ",%s,%s,%s,,,,\n", sw->driver, sw->sm_clock, sw->gpu_ok ? "" : "no-gpu");
+    }
+}
+
+/* --decode's rows: the shape in full (H_kv, N_q, N_k), and the bandwidth the step reached, kv_gbps = the
+ * K and V bytes it must read (2 B H_kv N_k D x 2 bytes, kv_bytes) / its time: decoding is bound by them
+ * (15_decode/README.md), so this is the column to hold against the device's copy bandwidth. */
+static void csv_decode_rows(FILE *f, const sweep_t *sw, const char *gpu, const char *date) {
+    fprintf(f, "gpu,date,commit,stage,name,B,H,H_kv,N_q,N_k,D,causal,dtype,status,ms,kv_bytes,kv_gbps,tflops,"
+               "check,max_abs_err,repeats,l2,note,warmup_ms,driver,sm_clock_mhz\n");
+    for (size_t i = 0; i < sw->nrows; i++) {
+        const row_t *r = &sw->rows[i];
+        const attn_problem *p = &r->p;
+        const double kv = 2.0 * (double)p->B * (double)p->H_kv * (double)p->N_k * (double)p->D * 2.0;
+        fprintf(f, "%s,%s,%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%s,", gpu, date, sw->c->commit, r->s->id,
+                r->s->name, (long long)p->B, (long long)p->H, (long long)p->H_kv, (long long)p->N,
+                (long long)p->N_k, (long long)p->D, p->causal, attn_dtype_name(p->dtype), r->status);
+        csv_num(f, r->ms, "%.6g");
+        csv_num(f, kv, "%.0f");
+        csv_num(f, r->ms > 0 ? kv / (r->ms * 1e6) : NAN, "%.6g");
+        csv_num(f, r->tflops, "%.6g");
+        fprintf(f, "%s,", r->check);
+        csv_num(f, r->max_err, "%.4g");
+        if (r->repeats > 0) fprintf(f, "%d", r->repeats);
+        fprintf(f, ",%s,%s,%g,%s,%s\n", !r->s->on_gpu || !isfinite(r->ms) ? "-" : sw->c->cold ? "cold" : "warm",
+                r->note, sw->c->warmup_ms, sw->driver, sw->sm_clock);
     }
 }
 
@@ -710,7 +805,8 @@ static int csv_temp(const char *path, char *tmp, size_t cap) {
  * input, as build/attn's --save DIR), 1 when the trial file cannot be removed. */
 static int csv_try(const cfg_t *c) {
     if (csv_target_ok(c->csv) != 0) return 2;
-    if (!strcmp(c->csv, DEFAULT_CSV)) mkdir("build", 0777), mkdir(DEFAULT_DIR, 0777); /* EEXIST is fine */
+    if (!strcmp(c->csv, DEFAULT_CSV) || !strcmp(c->csv, DECODE_CSV))
+        mkdir("build", 0777), mkdir(DEFAULT_DIR, 0777); /* EEXIST is fine */
     attn_held_signals held;
     attn_signals_hold(&held);
     char tmp[4096];
@@ -743,7 +839,8 @@ static int write_csv_file(const sweep_t *sw, const char *gpu, const char *date) 
     }
     const mode_t mask = umask(0);
     umask(mask);
-    csv_rows(f, sw, gpu, date);
+    if (sw->c->decode) csv_decode_rows(f, sw, gpu, date);
+    else csv_rows(f, sw, gpu, date);
     int ok = fflush(f) == 0 && !ferror(f) && fchmod(fd, 0666 & ~mask) == 0;
     ok = fclose(f) == 0 && ok;
     if (ok && csv_target_ok(path) != 0) { /* it became a FIFO or a directory during the sweep */
@@ -772,14 +869,21 @@ static int write_csv(const sweep_t *sw, const char *gpu, const char *date) {
  * of errors after the rest of the sweep. 0, or -1 with the message printed. */
 static int points_valid(const cfg_t *c) {
     for (int di = 0; di < c->ndims; di++)
-        for (int ni = 0; ni < c->nseqs; ni++) {
-            const attn_problem p = attn_problem_make(c->B, c->H, c->seqs[ni], c->dims[di], 0);
-            if (attn_problem_validate(&p) == ATTN_OK) continue;
-            fprintf(stderr, "attn-bench: --batch %lld, --heads %lld, N = %lld of --seqs and D = %lld of --dims: %s\n",
-                    (long long)c->B, (long long)c->H, (long long)c->seqs[ni], (long long)c->dims[di],
-                    attn_last_error());
-            return -1;
-        }
+        for (int bi = 0; bi < (c->decode ? c->nbatches : 1); bi++)
+            for (int ni = 0; ni < c->nseqs; ni++) {
+                const attn_problem p = sweep_problem(c, di, bi, ni);
+                if (attn_problem_validate(&p) == ATTN_OK) continue;
+                if (c->decode)
+                    fprintf(stderr, "attn-bench: --decode: B = %lld of --batches, --heads %lld, --kv-heads %lld, "
+                            "--queries %lld, N_k = %lld of --seqs and D = %lld of --dims: %s\n", (long long)p.B,
+                            (long long)p.H, (long long)p.H_kv, (long long)p.N, (long long)p.N_k,
+                            (long long)p.D, attn_last_error());
+                else
+                    fprintf(stderr, "attn-bench: --batch %lld, --heads %lld, N = %lld of --seqs and D = %lld of "
+                            "--dims: %s\n", (long long)c->B, (long long)c->H, (long long)c->seqs[ni],
+                            (long long)c->dims[di], attn_last_error());
+                return -1;
+            }
     return 0;
 }
 
@@ -814,18 +918,26 @@ int main(int argc, char **argv) {
     time_t tt = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tt));
 
-    fprintf(stderr, "attn-bench: GPU %s; B=%lld H=%lld N=%lld..%lld (%d) D=%lld..%lld (%d) causal=%s; %d stages; "
+    char shape[160]; /* --decode: the batches, the K/V heads, N = N_q new queries over N_k keys */
+    if (c.decode)
+        snprintf(shape, sizeof shape, "B=%lld..%lld (%d) H=%lld H_kv=%lld N=%lld N_k=%lld..%lld (%d)",
+                 (long long)c.batches[0], (long long)c.batches[c.nbatches - 1], c.nbatches, (long long)c.H,
+                 (long long)c.kv_heads, (long long)c.queries, (long long)c.seqs[0], (long long)c.seqs[c.nseqs - 1],
+                 c.nseqs);
+    else
+        snprintf(shape, sizeof shape, "B=%lld H=%lld N=%lld..%lld (%d)", (long long)c.B, (long long)c.H,
+                 (long long)c.seqs[0], (long long)c.seqs[c.nseqs - 1], c.nseqs);
+    fprintf(stderr, "attn-bench: GPU %s; %s D=%lld..%lld (%d) causal=%s; %d stages; "
             "aim %.0f ms of timed work per point (%d..%d repeats) after %.0f ms of untimed GPU work "
             "(0: 1 or 2 runs); L2 %s; check %lld random rows per point\n",
-            gpu, (long long)c.B, (long long)c.H, (long long)c.seqs[0], (long long)c.seqs[c.nseqs - 1], c.nseqs,
-            (long long)c.dims[0], (long long)c.dims[c.ndims - 1], c.ndims, c.causal_mode < 0 ? "both"
+            gpu, shape, (long long)c.dims[0], (long long)c.dims[c.ndims - 1], c.ndims, c.causal_mode < 0 ? "both"
             : c.causal_mode ? "1" : "0", c.nstage_sel, c.repeat_ms, MIN_REP, MAX_REP, c.warmup_ms,
             c.cold ? "cold" : "warm", (long long)c.check_rows);
     if (!sw.gpu_ok)
         fprintf(stderr, "attn-bench: GPU stages skipped: %s. Running the CPU stages only, at CPU-sized "
                 "shapes.\n", sw.gpu_why);
     if (c.dry_run) return fprintf(stderr, "attn-bench: --dry-run: the flags, shapes and CSV path are good\n"), 0;
-    sw.total = c.ndims * c.nseqs * (c.causal_mode < 0 ? 2 : 1) * c.nstage_sel;
+    sw.total = c.ndims * (c.decode ? c.nbatches : 1) * c.nseqs * (c.causal_mode < 0 ? 2 : 1) * c.nstage_sel;
     sw.rows = calloc((size_t)sw.total, sizeof *sw.rows);
     sw.cpu_gflops = calloc((size_t)attn_num_stages, sizeof *sw.cpu_gflops);
     if (!sw.rows || !sw.cpu_gflops) {

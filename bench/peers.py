@@ -347,8 +347,11 @@ def range_reach(sabs, D, n, fp16_scores=False):
 def check_rows(torch, out, q, k, v, causal, scale, nrows, seed, fp16_scores=False):
     """Max abs error and pass/fail on sampled rows against a float64 reference, element by element
     with suite/check.c's tolerance and its rule of the range (o_tolerance); fp16_scores for the path
-    that rounds its scores to fp16 (torch_naive)."""
+    that rounds its scores to fp16 (torch_naive). K and V may have a shape of their own, [B, H_kv, N_k,
+    D] (bench/decode_peers.py): query head h reads K/V head h / (H / H_kv), and causal row i sees keys
+    0 .. i + N_k - N (the mask at the bottom right, common/attn.h)."""
     B, H, N, D = q.shape
+    H_kv, N_k = k.shape[1], k.shape[2]
     rng = random.Random(seed)
     rows = {(0, 0, 0), (B - 1, H - 1, N - 1)}
     while len(rows) < min(nrows, B * H * N):
@@ -356,10 +359,10 @@ def check_rows(torch, out, q, k, v, causal, scale, nrows, seed, fp16_scores=Fals
     max_err, worst = 0.0, 0.0
     finite = True
     for b, h, i in sorted(rows):
-        n = i + 1 if causal else N
+        n = i + N_k - N + 1 if causal else N_k
         qi = q[b, h, i].double()
-        kk = k[b, h, :n].double()
-        vv = v[b, h, :n].double()
+        kk = k[b, h // (H // H_kv), :n].double()
+        vv = v[b, h // (H // H_kv), :n].double()
         s = (kk @ qi) * scale
         e = torch.exp(s - s.max())
         total = e.sum()
@@ -743,16 +746,24 @@ def sweep(torch, args, kernels, flush, meta):
     return rows
 
 
-def main(argv):
-    args = parse_args(argv)
+def cuda_torch(who):
+    """torch, where it imports and sees a CUDA GPU; else None, having said why (who: the script)."""
     try:
         import torch
     except Exception as e:  # ImportError, or a broken install
-        log("peers: skipped: PyTorch is not importable here (%s: %s); the stages do not need it"
-            % (type(e).__name__, e))
-        return 0
+        log("%s: skipped: PyTorch is not importable here (%s: %s); the stages do not need it"
+            % (who, type(e).__name__, e))
+        return None
     if not torch.cuda.is_available():
-        log("peers: skipped: PyTorch %s sees no CUDA GPU" % torch.__version__)
+        log("%s: skipped: PyTorch %s sees no CUDA GPU" % (who, torch.__version__))
+        return None
+    return torch
+
+
+def main(argv):
+    args = parse_args(argv)
+    torch = cuda_torch("peers")
+    if torch is None:
         return 0
     t_start = time.time()
     kernels = find_kernels(torch)

@@ -22,6 +22,9 @@
 #   report.sh readme CSV         rewrites the generated blocks of README.md (compact tables),
 #                                bench/README.md (every table, the plots) and NN_*/README.md (each
 #                                <!-- bench:stage:ID:begin --> block there: ID's table)
+#   report.sh decode CSV...      the decoding tables of attn-bench --decode's and decode_peers.py's CSVs
+#                                (bench/report_decode.awk): time and K/V bandwidth per (B, N_k), the
+#                                share of BENCH_PEAK_GBS (default 4300), stage 15 against the peers
 # BENCH_FAST=NN: the first stage compared with the peers (default 06; later stages join it);
 # BENCH_FAST_BWD=NN the same for the backward (default 13); BENCH_SPLIT_N=N the summary's split (4096).
 set -eu
@@ -188,7 +191,7 @@ readme() {
 }
 
 cmd=${1:-}
-[ $# -ge 2 ] || { sed -n '5,26p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '5,29p' "$0" >&2; exit 2; }
 case $cmd in
 merge) shift; fill=""
     # --set COL=VALUE: a fact of the run the writers could not know, into the rows that left COL empty.
@@ -227,5 +230,7 @@ summary) need_csv "$2"; rep summary -v md=1 -f "$here/report.awk" "$2" ;;
 facts) need_csv "$2"; rep facts -v md=1 -f "$here/report.awk" "$2" ;;
 plots) plots "$2" "${3:-build/bench}" ;;
 readme) cd "$here/.." && readme "$2" ;;
-*) sed -n '5,26p' "$0" >&2; exit 2 ;;
+decode) shift; for f in "$@"; do need_csv "$f"; done
+    LC_ALL=C awk -v peak="${BENCH_PEAK_GBS:-4300}" -f "$here/report_decode.awk" "$@" ;;
+*) sed -n '5,29p' "$0" >&2; exit 2 ;;
 esac

@@ -66,6 +66,12 @@ typedef struct {
     /* ATTN_TAKES_VARLEN GPU stages: device copies of p->cu_seqlens_q and _k (which the suite keeps on
      * the host), B + 1 int32 offsets each; NULL without cu_seqlens, and for CPU stages. */
     const int32_t *cu_seqlens_q_dev, *cu_seqlens_k_dev;
+    /* ATTN_TAKES_PAGED GPU stages: K and V are pools of pages [num_pages, H_kv, page_size, D] that the
+     * harness fills from the problem's contiguous K and V in a shuffled order, and block_table_dev (device,
+     * [B, table_stride] int32) names the page that holds keys e * page_size .. of sequence b; the pool's
+     * other pages and the slots past N_k hold NaN. 0 and NULL for every other stage. */
+    const int32_t *block_table_dev;
+    int64_t page_size, num_pages, table_stride;
 } attn_args;
 
 /* Which pass a stage computes. A backward stage (11 on) takes Q, K, V, the forward's O and LSE and
@@ -94,10 +100,10 @@ typedef struct {
 #define ATTN_MAX_GPUS 64
 
 typedef struct {
-    const char *id;     /* "01" .. "14"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" and "12m"
+    const char *id;     /* "01" .. "15"; stage 06's road steps "06a" .. "06e"; "03m" .. "06m" and "12m"
                            for the CPU models of 03 .. 06 and 12; "13d", "14d": the deterministic modes
-                           of stages 13 and 14; "15m": the model of stage 15 (flash-decoding), whose
-                           kernel is not written yet */
+                           of stages 13 and 14; "15m": the model of stage 15 (flash-decoding), "15p"
+                           its kernel reading a paged cache */
     const char *folder; /* "01_naive_cpu" */
     const char *name;   /* "naive_cpu" */
     const char *idea;   /* one line: the idea this stage adds */
@@ -135,6 +141,15 @@ typedef struct {
 #define ATTN_TAKES_SEQ_K 2u   /* N_k != N, with the causal mask aligned to the bottom right */
 #define ATTN_TAKES_VARLEN 4u  /* cu_seqlens_q and cu_seqlens_k */
 #define ATTN_TAKES_STRIDES 8u /* any row-contiguous layout of Q, K, V, O (attn_args' strides) */
+#define ATTN_TAKES_PAGED 16u  /* K and V as pages of a pool through a block table (attn_args' pages) */
+/* Not a shape but a purpose: a forward built for decoding, a few new queries a sequence over a long
+ * cache (stage 15). attn_default_forward never picks one as a backward stage's forward: a backward's
+ * problems are training's, N queries over N keys, where the query-tile stages are the fast ones. */
+#define ATTN_FOR_DECODING 256u
+
+/* The keys a page holds where the harness pages K and V for an ATTN_TAKES_PAGED stage: the smallest
+ * page the paged-cache target of issue 60 names (pages of 64 keys or more). */
+#define ATTN_PAGE_SIZE 64
 
 /* The ids of the stages whose `takes` has `what` (ATTN_TAKES_*), for a refusal's message: "06, 06m", or
  * "none". Writes at most cap bytes into ids and returns it. */

@@ -3,10 +3,12 @@
  * allocating it, poison, time with CUDA events, and compare repeated runs bit for bit. Plain C
  * against the CUDA runtime API; without CUDA every entry point says so.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "harness.h"
 
 #ifndef ATTN_HAVE_CUDA
@@ -150,8 +152,11 @@ typedef struct {
     int32_t *cu_q, *cu_k;     /* device copies of cu_seqlens_q and _k, or NULL */
     uint16_t *o_raw;          /* --layout bnhd: the first run's O as the device holds it, before the
                                  transpose back to [B, H, N, D] (the repeatability compare reads it) */
-    size_t in_bytes, lse_bytes, ws_bytes; /* each of Q and O; LSE; the stage's workspace */
-    size_t kv_bytes;                      /* each of K and V: [B, H_kv, N_k, D] (packed: H_kv x total_k) */
+    size_t in_bytes, lse_bytes, ws_bytes; /* each of Q and O (and of a backward's tensors); LSE; the
+                                             stage's workspace */
+    size_t kv_bytes; /* each of K and V [B, H_kv, N_k, D] (packed: H_kv x total_k), or of their page pools */
+    int32_t *table;  /* ATTN_TAKES_PAGED: the block table, [B, table_stride] */
+    int64_t page_size, num_pages, table_stride;
     size_t flush_bytes;
     float *lse;
     cudaStream_t stream;
@@ -166,7 +171,7 @@ typedef struct {
  * 40 GB of host-to-device copies over the sweep, and reusing o2 that many fresh 512 MB host buffers. */
 static struct {
     const uint16_t *hq, *hk, *hv; /* the host arrays they were uploaded from */
-    int64_t elems, rows;
+    int64_t elems, kv_elems, rows; /* Q's elements, K's and V's, rows of LSE */
     int dev;
     void *q, *k, *v;
     uint16_t *o2; /* the repeatability copy of O, and of LSE (rows floats) */
@@ -176,7 +181,8 @@ static struct {
 static int inputs_are_held(const attn_inputs *in, const attn_run_opts *opt) {
     int dev = -1;
     return held.q && opt->layout == ATTN_LAYOUT_BHND && in->q == held.hq && in->k == held.hk && in->v == held.hv &&
-           attn_qkv_elems(&in->p) == held.elems && attn_rows(&in->p) == held.rows &&
+           attn_qkv_elems(&in->p) == held.elems && attn_kv_elems(&in->p) == held.kv_elems &&
+           attn_rows(&in->p) == held.rows &&
            cudaGetDevice(&dev) == cudaSuccess && dev == held.dev;
 }
 
@@ -189,18 +195,19 @@ void attn_gpu_release_inputs(void) {
 
 attn_status attn_gpu_hold_inputs(const attn_inputs *in) {
     attn_gpu_release_inputs();
-    if (in->p.H_kv != in->p.H || in->p.N_k != in->p.N || in->p.cu_seqlens_q) /* the buffers below are Q's size */
-        return attn_fail(ATTN_EUNSUPPORTED, "holding the inputs on the GPU: H_kv == H and N_k == N only");
+    if (in->p.cu_seqlens_q) /* packed sequences: no GPU stage takes them yet */
+        return attn_fail(ATTN_EUNSUPPORTED, "holding the inputs on the GPU: no cu_seqlens");
     attn_status st = attn_gpu_available();
     if (st != ATTN_OK) return st;
     const size_t bytes = (size_t)attn_qkv_elems(&in->p) * 2, lse_bytes = (size_t)attn_rows(&in->p) * 4;
+    const size_t kv_bytes = (size_t)attn_kv_elems(&in->p) * 2; /* K and V [B, H_kv, N_k, D] */
     cudaError_t e = cudaGetDevice(&held.dev);
     if (e == cudaSuccess) e = cudaMalloc(&held.q, bytes);
-    if (e == cudaSuccess) e = cudaMalloc(&held.k, bytes);
-    if (e == cudaSuccess) e = cudaMalloc(&held.v, bytes);
+    if (e == cudaSuccess) e = cudaMalloc(&held.k, kv_bytes);
+    if (e == cudaSuccess) e = cudaMalloc(&held.v, kv_bytes);
     if (e == cudaSuccess) e = cudaMemcpy(held.q, in->q, bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(held.k, in->k, bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(held.v, in->v, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(held.k, in->k, kv_bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(held.v, in->v, kv_bytes, cudaMemcpyHostToDevice);
     held.o2 = e == cudaSuccess ? attn_alloc(bytes) : NULL;
     held.l2 = held.o2 ? attn_alloc(lse_bytes) : NULL;
     if (e != cudaSuccess || !held.l2) {
@@ -210,6 +217,7 @@ attn_status attn_gpu_hold_inputs(const attn_inputs *in) {
                    : attn_fail(ATTN_ENOMEM, "no host memory for the repeatability copy");
     }
     held.hq = in->q, held.hk = in->k, held.hv = in->v, held.elems = attn_qkv_elems(&in->p);
+    held.kv_elems = attn_kv_elems(&in->p);
     held.rows = attn_rows(&in->p);
     return ATTN_OK;
 }
@@ -219,6 +227,7 @@ static void gpu_release(gpu_bufs *b) {
     if (b->have_ev1) cudaEventDestroy(b->ev1);
     if (b->have_stream) cudaStreamDestroy(b->stream);
     if (!b->held_qkv) cudaFree(b->q), cudaFree(b->k), cudaFree(b->v);
+    cudaFree(b->table);
     cudaFree(b->o), cudaFree(b->lse), cudaFree(b->ws);
     cudaFree(b->cu_q), cudaFree(b->cu_k);
     free(b->o_raw);
@@ -279,14 +288,73 @@ static attn_status upload_tensor(void **dev, const uint16_t *host, size_t bytes,
     return st;
 }
 
+/* ATTN_TAKES_PAGED: K and V as pools of pages of ATTN_PAGE_SIZE keys [num_pages, H_kv, page_size, D]:
+ * B ceil(N_k / page_size) pages hold the keys, handed out in a shuffled order (a fixed seed: the same
+ * pool every run), and PAGED_SPARE more that no table entry names. The spare pages and the slots past
+ * N_k hold NaN, so that a stage that reads a key it should not (the table ignored, a slot past the
+ * end) fails the check instead of passing by luck. */
+#define PAGED_SPARE 3
+
+static void paged_sizes(const attn_problem *p, gpu_bufs *b) {
+    b->page_size = ATTN_PAGE_SIZE;
+    b->table_stride = (p->N_k + b->page_size - 1) / b->page_size;
+    b->num_pages = p->B * b->table_stride + PAGED_SPARE;
+    b->kv_bytes = (size_t)(b->num_pages * p->H_kv * b->page_size * p->D) * 2;
+}
+
+/* One tensor [B, H_kv, N_k, D] (host) into the pool at dev, page by page through the table. */
+static attn_status upload_pool(const attn_problem *p, const gpu_bufs *b, const int32_t *table, const uint16_t *src,
+                               uint16_t *pool, void *dev) {
+    const uint16_t nan = attn_from_f32(NAN, p->dtype);
+    const int64_t ps = b->page_size, D = p->D, elems = (int64_t)(b->kv_bytes / 2);
+    for (int64_t e = 0; e < elems; e++) pool[e] = nan;
+    for (int64_t bh = 0; bh < p->B * p->H_kv; bh++)
+        for (int64_t j = 0; j < p->N_k; j++) {
+            const int64_t page = table[bh / p->H_kv * b->table_stride + j / ps];
+            memcpy(pool + ((page * p->H_kv + bh % p->H_kv) * ps + j % ps) * D, src + (bh * p->N_k + j) * D,
+                   (size_t)D * 2);
+        }
+    ATTN_CUDA(cudaMemcpy(dev, pool, b->kv_bytes, cudaMemcpyHostToDevice));
+    return ATTN_OK;
+}
+
+/* The shuffled table (Fisher-Yates over the page ids, xorshift64*), the K and V pools, all uploaded. */
+static attn_status upload_pages(const attn_inputs *in, gpu_bufs *b) {
+    const attn_problem *p = &in->p;
+    const int64_t used = p->B * b->table_stride;
+    int32_t *order = attn_alloc((size_t)b->num_pages * sizeof(int32_t));
+    uint16_t *pool = order ? attn_alloc(b->kv_bytes) : NULL;
+    if (!pool) {
+        free(order);
+        return attn_fail(ATTN_ENOMEM, "no host memory for the pool of %lld pages (%.2f GiB)", (long long)b->num_pages,
+                         GIB(b->kv_bytes));
+    }
+    uint64_t x = 0x9a6e5eedull;
+    for (int64_t e = 0; e < b->num_pages; e++) order[e] = (int32_t)e;
+    for (int64_t e = b->num_pages - 1; e > 0; e--) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        const int64_t f = (int64_t)((x * 0x2545f4914f6cdd1dull) % (uint64_t)(e + 1));
+        const int32_t t = order[e];
+        order[e] = order[f], order[f] = t;
+    }
+    attn_status st = upload(&b->k, NULL, b->kv_bytes);
+    if (st == ATTN_OK) st = upload(&b->v, NULL, b->kv_bytes);
+    if (st == ATTN_OK) st = upload((void **)&b->table, order, (size_t)used * sizeof(int32_t));
+    if (st == ATTN_OK) st = upload_pool(p, b, order, in->k, pool, b->k);
+    if (st == ATTN_OK) st = upload_pool(p, b, order, in->v, pool, b->v);
+    free(order), free(pool);
+    return st;
+}
+
 /* Fit first, allocate second: the naive stages' scratch grows as N^2 and a framework simply crashes
  * when it does not fit; here the run is refused with the numbers. Sizes into b, Q, K, V uploaded (or
- * the held copies taken), O and LSE allocated (a backward stage: uploaded from o and lse, with dO, and
- * dQ, dK, dV allocated), the stream and the events made; the workspace comes later. */
+ * the held copies taken; a paged stage's pools built), O and LSE allocated (a backward stage: uploaded
+ * from o and lse, with dO, and dQ, dK, dV allocated), the stream and the events made; the workspace
+ * comes later. */
 static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, const attn_run_opts *opt,
                                     const uint16_t *o, const float *lse, attn_result *res, gpu_bufs *b) {
     const attn_problem *p = &in->p;
-    const int backward = s->pass != ATTN_FORWARD;
+    const int backward = s->pass != ATTN_FORWARD, paged = (s->takes & ATTN_TAKES_PAGED) != 0;
     attn_status st = attn_problem_validate(p);
     if (st != ATTN_OK) return st;
     /* No backward GPU stage takes GQA, N_k != N or cu_seqlens (the registry refuses them first): its
@@ -296,14 +364,16 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
                          s->id);
     /* attn_run_gpu may be called with any valid problem, up to 2^62 elements, where 8 * in_bytes
      * would wrap past 2^64 and pass the fit check below. Up to 2^59 elements nothing wraps:
-     * 8 * 2^60 + 4 * 2^59 bytes < 2^64. */
-    const double elems = (double)attn_qkv_elems(p);
+     * 8 * 2^60 + 4 * 2^59 bytes < 2^64 (a pool adds at most a page a sequence and three). */
+    const double elems = (double)attn_qkv_elems(p) > (double)attn_kv_elems(p) ? (double)attn_qkv_elems(p)
+                                                                              : (double)attn_kv_elems(p);
     if (elems > 0x1p59)
         return attn_fail(ATTN_ENOMEM, "the tensors would need %.3g EiB of device memory (%.3g elements"
                          " per tensor; limit 2^59)", ((backward ? 8.0 : 4.0) * 2.0 * elems + 4.0 * (double)attn_rows(p)) / 0x1p60, elems);
     b->in_bytes = (size_t)attn_qkv_elems(p) * 2, b->lse_bytes = (size_t)attn_rows(p) * 4;
     b->kv_bytes = (size_t)attn_kv_elems(p) * 2;
     const size_t cu_bytes = p->cu_seqlens_q ? 2 * (size_t)(p->B + 1) * 4 : 0;
+    if (paged) paged_sizes(p, b);
     b->ws_bytes = s->workspace_bytes ? s->workspace_bytes(p) : 0;
     st = attn_gpu_available();
     if (st != ATTN_OK)
@@ -311,7 +381,7 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
 
     size_t free_b = 0, total_b = 0;
     ATTN_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    res->inputs_held = b->held_qkv = inputs_are_held(in, opt);
+    res->inputs_held = b->held_qkv = !paged && inputs_are_held(in, opt);
     /* held: Q, K and V are there already; a backward stage adds dO and its three gradients */
     const size_t io_bytes = ((b->held_qkv ? 1 : 2) + (backward ? 4 : 0)) * b->in_bytes +
                             (b->held_qkv ? 0 : 2 * b->kv_bytes) + b->lse_bytes + cu_bytes;
@@ -326,8 +396,9 @@ static attn_status fit_and_allocate(const attn_stage *s, const attn_inputs *in, 
         b->q = held.q, b->k = held.k, b->v = held.v;
     } else {
         if ((st = upload_tensor(&b->q, in->q, b->in_bytes, p, 0, opt->layout)) != ATTN_OK ||
-            (st = upload_tensor(&b->k, in->k, b->kv_bytes, p, 1, opt->layout)) != ATTN_OK ||
-            (st = upload_tensor(&b->v, in->v, b->kv_bytes, p, 1, opt->layout)) != ATTN_OK)
+            (st = paged ? upload_pages(in, b) : upload_tensor(&b->k, in->k, b->kv_bytes, p, 1, opt->layout)) !=
+                ATTN_OK ||
+            (!paged && (st = upload_tensor(&b->v, in->v, b->kv_bytes, p, 1, opt->layout)) != ATTN_OK))
             return st;
     }
     if (p->cu_seqlens_q && ((st = upload((void **)&b->cu_q, p->cu_seqlens_q, (size_t)(p->B + 1) * 4)) != ATTN_OK ||
@@ -470,7 +541,9 @@ static attn_status gpu_body(const attn_stage *s, const attn_inputs *in, const at
     res->extra_bytes = b->ws_bytes;
     attn_args a = {.q = b->q, .k = b->k, .v = b->v, .o = b->o, .lse = b->lse, .workspace = b->ws,
                    .stream = (void *)b->stream, .gpus = opt->gpus, .d_o = b->d_o, .dq = b->dq,
-                   .dk = b->dk, .dv = b->dv, .cu_seqlens_q_dev = b->cu_q, .cu_seqlens_k_dev = b->cu_k};
+                   .dk = b->dk, .dv = b->dv, .cu_seqlens_q_dev = b->cu_q, .cu_seqlens_k_dev = b->cu_k,
+                   .block_table_dev = b->table, .page_size = b->page_size, .num_pages = b->num_pages,
+                   .table_stride = b->table_stride};
     if (s->takes & ATTN_TAKES_STRIDES) { /* the layout spelled out, contiguous included */
         int64_t outer, heads, rows;
         tensor_dims(p, 0, &outer, &heads, &rows);

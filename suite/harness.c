@@ -487,7 +487,8 @@ const attn_stage *attn_default_forward(const attn_stage *s, const attn_problem *
     for (int i = attn_num_stages - 1; i >= 0; i--) {
         const attn_stage *f = &attn_stages[i];
         if (f->pass == ATTN_FORWARD && f->on_gpu && f->max_gpus == 1 && f->writes_lse &&
-            attn_stage_supports(f, p) == ATTN_OK && attn_stage_available(f) == ATTN_OK)
+            !(f->takes & ATTN_FOR_DECODING) && attn_stage_supports(f, p) == ATTN_OK &&
+            attn_stage_available(f) == ATTN_OK)
             return f;
     }
     /* No GPU forward takes the problem (stage 02 is fp16 only, 06-10 take a few D: bf16 at D = 1, 3 or 80

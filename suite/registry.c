@@ -27,6 +27,7 @@
 #include "13_backward_fa2/backward_fa2.h"
 #include "14_backward_hopper/backward_hopper.h"
 #include "15_decode/decode_cpu.h"
+#include "15_decode/decode_gpu.h"
 
 #ifdef ATTN_HAVE_CUDA
 #define GPU_RUN(fn) (fn)
@@ -47,8 +48,8 @@ static int dims_hopper(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
 /* Each GPU stage from 03 on has a CPU model beside its kernel (NN_x/x_cpu.c, id NNm): the same tiles,
  * loop order and equations in plain C, so that every algorithm runs, is tested and can be broken on
- * a machine without a GPU. A model takes its stage's head dims and dtypes. Stage 15 (decoding) has
- * its model 15m before its kernel, which is not written yet. */
+ * a machine without a GPU. A model takes its stage's head dims and dtypes (15m, decoding's, takes
+ * every D: its kernel's 32, 64 and 128 among them). */
 
 /* Where the GPU stages run: the CUDA-core stages 02-05 from sm_70 on (V100, and the T4 of free notebook
  * services; the Makefile passes sm_75 when its nvcc, CUDA 13 or newer, no longer builds sm_70), the
@@ -236,9 +237,21 @@ const attn_stage attn_stages[] = {
      SM90_ONLY, 0, F16_BF16, STAGE14_DIMS_TEXT, stage14_supports_dim, stage14_workspace_bytes,
      "the fp32 dQ accumulator, D and the order counters", GPU_RUN(stage14d_run), ATTN_BACKWARD,
      stage14_bytes, 0, "14_backward_hopper/backward_hopper.cu", PLAIN},
-    /* Decoding: a few new queries a sequence against a long cache. No kernel yet: its model alone,
-     * which takes grouped-query heads and N_k != N (N <= N_k when causal); per-sequence cache lengths
-     * and the paged cache through its own entry points (15_decode/decode_cpu.h). */
+    /* Decoding: a few new queries a sequence against a long cache, grouped-query heads and N_k != N
+     * (N <= N_k when causal). Per-sequence cache lengths and caches paged at any size go through the
+     * entry points of 15_decode/decode_gpu.h and decode_cpu.h; 15p reads the harness's pages of
+     * ATTN_PAGE_SIZE keys, shuffled. */
+    {"15", "15_decode", "decode",
+     "flash-decoding: a block per (sequence, K/V head, chunk of keys), grouped heads as its rows, partials merged by LSE",
+     SM80_UP, 1, F16_BF16, STAGE15_DIMS_TEXT, stage15_supports_dim, stage15_workspace_bytes,
+     "the chunks' partial O and LSE", GPU_RUN(stage15_run), ATTN_FORWARD,
+     stage15_bytes, 0, "15_decode/decode_kernel.cuh", ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_FOR_DECODING},
+    {"15p", "15_decode", "decode_paged",
+     "road: stage 15 reading K and V through a block table, pages of 64 keys in a shuffled pool (a paged KV cache)",
+     SM80_UP, 1, F16_BF16, STAGE15_DIMS_TEXT, stage15_supports_dim, stage15_workspace_bytes,
+     "the chunks' partial O and LSE", GPU_RUN(stage15p_run), ATTN_FORWARD,
+     stage15_bytes, 0, "15_decode/decode_kernel.cuh",
+     ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_PAGED | ATTN_FOR_DECODING},
     {"15m", "15_decode", "decode_cpu",
      "flash-decoding: each sequence's keys cut into chunks, one block each, partials merged by their LSE",
      CPU_ONLY, 1, F16_BF16, "1..256", dims_any, NULL, NULL, stage15m_run, ATTN_FORWARD,
@@ -260,8 +273,8 @@ int attn_built_with_cuda(void) {
 /* 1 when the id is a stage number alone ("06"), not a road step or a CPU model ("06c", "06m") */
 static int id_is_number(const char *id) { return id[0] && strspn(id, "0123456789") == strlen(id); }
 
-/* The stage a folder stands for: its numbered stage; in a folder whose kernel is not written yet
- * (15_decode), its CPU model, the folder's one stage. NULL when no stage lives in `folder`. */
+/* The stage a folder stands for: its numbered stage; in a folder without a kernel, its CPU model, the
+ * folder's one stage. NULL when no stage lives in `folder`. */
 static const attn_stage *folder_stage(const char *folder) {
     const attn_stage *model = NULL;
     for (int s = 0; s < attn_num_stages; s++) {
@@ -275,7 +288,7 @@ static const attn_stage *folder_stage(const char *folder) {
 /* An exact id or name first. Then a number with an optional one-letter suffix, the leading zero
  * optional and the letter in either case: "3" and "03" name stage 03, "3m" and "03M" its CPU model,
  * "6a" the road's first step. A folder, and a number alone, name the numbered stage in it (not its
- * road steps or CPU model), or its model where there is no kernel yet: "15" and "15_decode" name 15m. */
+ * road steps or CPU model), or its model where there is no kernel. */
 const attn_stage *attn_find_stage(const char *key) {
     if (!key || !*key) return NULL;
     for (int s = 0; s < attn_num_stages; s++)

@@ -145,7 +145,8 @@ Test(backward, refuses_missing_grad_and_bad_forward) {
 }
 
 /* The default forward: stage 01 for a CPU backward stage; for a GPU one, the last GPU forward stage
- * that writes LSE and takes the problem (06 at D = 96, where 07-09 refuse), else stage 01. */
+ * that writes LSE and takes the problem (06 at D = 96, where 07-09 refuse), never one built for
+ * decoding (15, 15p: ATTN_FOR_DECODING), which take these problems too; else stage 01. */
 Test(backward, default_forward) {
     const attn_stage *cpu = first_backward(0), *gpu = first_backward(1);
     cr_assert(cpu && gpu);
@@ -160,6 +161,7 @@ Test(backward, default_forward) {
         return;
     }
     cr_assert(f && f->on_gpu && f->writes_lse && f->pass == ATTN_FORWARD && f->max_gpus == 1);
+    cr_assert(!(f->takes & ATTN_FOR_DECODING), "stage %s, built for decoding, is the backward's forward", f->id);
     p.D = 96;
     f = attn_default_forward(gpu, &p);
     cr_assert(!f || f->supports_dim(96));

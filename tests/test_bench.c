@@ -1367,3 +1367,40 @@ Test(bench, peers_check_o_by_the_stages_rule) {
         cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     }
 }
+
+/* --decode (issue 60): one row per forward stage and (B, N_k) point, in the decoding CSV's columns
+ * (H_kv, N_q, N_k; kv_bytes = 2 B H_kv N_k D x 2 bytes; kv_gbps = kv_bytes / time): the model 15m runs
+ * and is checked, the stages that take no grouped-query heads say unsupported. bench/decode_peers.py
+ * writes the same columns (make bench-decode merges the two under one header). */
+static const char DECODE_HEADER[] = "gpu,date,commit,stage,name,B,H,H_kv,N_q,N_k,D,causal,dtype,status,ms,"
+                                    "kv_bytes,kv_gbps,tflops,check,max_abs_err,repeats,l2,note,warmup_ms,driver,"
+                                    "sm_clock_mhz\n";
+
+Test(bench, decode_sweep_writes_the_decoding_columns) {
+    char dir[] = "/tmp/attn-bench-test.XXXXXX", args[1024], csv[600], f[64];
+    temp_dir_and_csv(dir, csv, sizeof csv);
+    snprintf(args, sizeof args, "--decode --cpu-only --batches 1,2 --heads 8 --kv-heads 2 --queries 3 --seqs 40 "
+             "--dims 32 --warmup-ms 0 --repeat-ms 1 --csv %s", csv);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    const char *text = slurp(csv);
+    cr_assert(text && !strncmp(text, DECODE_HEADER, strlen(DECODE_HEADER)), "header: %.300s", text ? text : "");
+    int rows = 0, forward = 0, m15 = 0;
+    for (int i = 0; i < attn_num_stages; i++) forward += attn_stages[i].pass == ATTN_FORWARD;
+    for (const char *line = text + strlen(DECODE_HEADER); *line; line += strcspn(line, "\n") + 1, rows++) {
+        const long long B = atoll(csv_field(line, 5, f, sizeof f));
+        cr_assert(!strcmp(csv_field(line, 7, f, sizeof f), "2") && !strcmp(csv_field(line, 8, f, sizeof f), "3") &&
+                      !strcmp(csv_field(line, 9, f, sizeof f), "40"), "H_kv, N_q, N_k: %.200s", line);
+        cr_assert_eq(atoll(csv_field(line, 15, f, sizeof f)), 2 * B * 2 * 40 * 32 * 2, "kv_bytes: %.200s", line);
+        if (strncmp(csv_field(line, 3, f, sizeof f), "15m", 4)) continue;
+        m15++;
+        cr_assert(!strcmp(csv_field(line, 13, f, sizeof f), "ok") && !strcmp(csv_field(line, 18, f, sizeof f), "pass"),
+                  "15m: %.300s", line);
+        cr_assert(atof(csv_field(line, 16, f, sizeof f)) > 0, "no bandwidth: %.300s", line);
+    }
+    cr_assert(rows == 2 * forward && m15 == 2, "%d rows (want %d), %d of 15m", rows, 2 * forward, m15);
+    if (run_cmd("python3 -c 'import sys; sys.path.insert(0, \"bench\"); import decode_peers; "
+                "print(\",\".join(decode_peers.COLS))'", out, sizeof out) == 0)
+        cr_assert_str_eq(out, DECODE_HEADER, "bench/decode_peers.py's columns");
+    unlink(csv);
+    rmdir(dir);
+}

@@ -7,6 +7,9 @@
  * set, NaN) before the run. The pool's spare pages and the slots past each sequence's end hold NaN:
  * a model that reads a key it should not writes NaN, which no check passes. Planted bugs
  * (decode_opts.bug) must fail the same check.
+ * The kernel, stage 15 (15_decode/decode_gpu.h), runs the same cases on the GPU through
+ * decode_gpu_paged (tests decode_gpu::*, skipped with the reason where it cannot run), and through the
+ * registry as 15 and 15p; a block table read wrongly must fail there too.
  */
 #include <math.h>
 
@@ -57,21 +60,21 @@ static void place_keys(decode_case *t, int64_t b, int64_t ps) {
         }
 }
 
-/* B sequences of lens[b] keys, fresh inputs from seed; page size ps (pages handed out in a shuffled
- * order), or ps = 0 for the contiguous cache. */
-static void case_make(decode_case *t, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t D, int causal,
-                      const int32_t *lens, int64_t ps, uint64_t seed) {
+/* B sequences of lens[b] keys of dtype dt, fresh inputs from seed; page size ps (pages handed out in a
+ * shuffled order), or ps = 0 for the contiguous cache. */
+static void case_make_dtype(decode_case *t, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t D,
+                            int causal, const int32_t *lens, int64_t ps, uint64_t seed, attn_dtype dt) {
     memset(t, 0, sizeof *t);
     t->len = malloc((size_t)B * sizeof(int32_t));
     t->seq = calloc((size_t)B, sizeof(attn_inputs));
     t->q = malloc((size_t)(B * H * N_q * D) * sizeof(uint16_t));
     cr_assert(t->len && t->seq && t->q);
     memcpy(t->len, lens, (size_t)B * sizeof(int32_t));
-    t->s = (decode_shape){B, H, H_kv, N_q, D, causal, 1.0f / sqrtf((float)D), ATTN_F16, t->len};
+    t->s = (decode_shape){B, H, H_kv, N_q, D, causal, 1.0f / sqrtf((float)D), dt, t->len};
     int64_t max_len = 0, pages = 0;
     for (int64_t b = 0; b < B; b++) {
         attn_problem p = attn_problem_make(1, H, N_q, D, causal);
-        p.H_kv = H_kv, p.N_k = lens[b];
+        p.H_kv = H_kv, p.N_k = lens[b], p.dtype = dt;
         cr_assert_eq(attn_inputs_random(&t->seq[b], &p, seed * 7919 + (uint64_t)b, ATTN_INIT_NORMAL), ATTN_OK,
                      "%s", attn_last_error());
         memcpy(t->q + b * H * N_q * D, t->seq[b].q, (size_t)(H * N_q * D) * sizeof(uint16_t));
@@ -95,17 +98,21 @@ static void case_make(decode_case *t, int64_t B, int64_t H, int64_t H_kv, int64_
             for (int64_t e = 0; e < stride; e++) /* entries past a sequence's pages: never read, -1 */
                 t->table[b * stride + e] = e < (lens[b] + ps - 1) / ps ? order[used++] : -1;
         free(order);
-        t->k = nan_filled(pool * H_kv * ps * D, ATTN_F16), t->v = nan_filled(pool * H_kv * ps * D, ATTN_F16);
+        t->k = nan_filled(pool * H_kv * ps * D, dt), t->v = nan_filled(pool * H_kv * ps * D, dt);
         t->c = (decode_cache){t->k, t->v, pool, ps, t->table, stride};
     } else {
         t->n_max = max_len + 5; /* 5 NaN keys past the longest cache */
-        t->k = nan_filled(B * H_kv * t->n_max * D, ATTN_F16),
-        t->v = nan_filled(B * H_kv * t->n_max * D, ATTN_F16);
+        t->k = nan_filled(B * H_kv * t->n_max * D, dt), t->v = nan_filled(B * H_kv * t->n_max * D, dt);
     }
     for (int64_t b = 0; b < B; b++) place_keys(t, b, ps);
     t->o = malloc((size_t)(B * H * N_q * D) * sizeof(uint16_t));
     t->lse = malloc((size_t)(B * H * N_q) * sizeof(float));
     cr_assert(t->o && t->lse);
+}
+
+static void case_make(decode_case *t, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t D, int causal,
+                      const int32_t *lens, int64_t ps, uint64_t seed) {
+    case_make_dtype(t, B, H, H_kv, N_q, D, causal, lens, ps, seed, ATTN_F16);
 }
 
 static void case_free(decode_case *t) {
@@ -201,40 +208,51 @@ Test(decode, one_long_sequence) {
     }
 }
 
-/* 37 sequences of 1 to 300 keys (causal: at least N_q), N_q 1, 3 and 16, pages of 16. */
-Test(decode, many_short_sequences) {
+/* What runs a case and checks it: the model (expect_exact) or the kernel (expect_gpu_exact, below). */
+typedef void (*decode_runner)(decode_case *t, const int64_t *chunks, int n, const char *what);
+
+/* 37 sequences of 1 to 300 keys (causal: at least N_q) in pages of 16, at each N_q of nq[], head dim D,
+ * chunks chosen. */
+static void short_sequences(decode_runner run, const int64_t *nq, int n, int64_t D, uint64_t seed) {
     int32_t lens[37];
     char what[64];
-    static const int64_t nq[] = {1, 3, 16};
     for (int causal = 0; causal <= 1; causal++)
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a < n; a++) {
             for (int b = 0; b < 37; b++) {
                 lens[b] = 1 + (b * 83) % 300;
                 if (causal && lens[b] < nq[a]) lens[b] = (int32_t)nq[a];
             }
             decode_case t;
-            case_make(&t, 37, 32, 8, nq[a], 64, causal, lens, 16, 41 + (uint64_t)(causal * 3 + a));
+            case_make(&t, 37, 32, 8, nq[a], D, causal, lens, 16, seed + (uint64_t)(causal * n + a));
             snprintf(what, sizeof what, "37 sequences, N_q %lld%s", (long long)nq[a],
                      causal ? ", causal" : "");
-            expect_exact(&t, chosen, 1, what);
+            run(&t, chosen, 1, what);
             case_free(&t);
         }
 }
 
-/* H = 32 query heads over 8, 1 (multi-query) and 32 (multi-head) K/V heads. */
-Test(decode, grouped_query_heads) {
+/* H = 32 query heads over 8, 1 (multi-query: 512 rows at N_q = 16) and 32 (multi-head) K/V heads, chunks
+ * chosen and 2. */
+static void grouped_heads(decode_runner run, uint64_t seed) {
     static const int32_t lens[3] = {300, 45, 129};
     static const int64_t kv[] = {8, 1, 32}, chunks[] = {0, 2};
     char what[64];
     for (int causal = 0; causal <= 1; causal++)
         for (int a = 0; a < 3; a++) {
             decode_case t;
-            case_make(&t, 3, 32, kv[a], 16, 64, causal, lens, 64, 53 + (uint64_t)(causal * 3 + a));
+            case_make(&t, 3, 32, kv[a], 16, 64, causal, lens, 64, seed + (uint64_t)(causal * 3 + a));
             snprintf(what, sizeof what, "H 32, H_kv %lld%s", (long long)kv[a], causal ? ", causal" : "");
-            expect_exact(&t, chunks, 2, what);
+            run(&t, chunks, 2, what);
             case_free(&t);
         }
 }
+
+Test(decode, many_short_sequences) {
+    static const int64_t nq[] = {1, 3, 16};
+    short_sequences(expect_exact, nq, 3, 64, 41);
+}
+
+Test(decode, grouped_query_heads) { grouped_heads(expect_exact, 53); }
 
 /* Forced chunk counts 1, 2, 7 and one chunk per key of the longest cache: the shorter caches then have
  * empty chunks, and causal rows see none of the chunks past their last key (LSE -inf, no NaN). */
@@ -372,4 +390,201 @@ Test(decode, registry_refuses_causal_past_the_cache) {
     const attn_args a = {0};
     cr_assert_eq(s->run(&p, &a), ATTN_EUNSUPPORTED);
     cr_assert(strstr(attn_last_error(), "N 9, N_k 8"), "%s", attn_last_error());
+}
+
+/* ---- the kernel (stage 15) on the GPU: the same cases, the same check ----------------------------
+ * Skipped, with the reason, where stage 15 cannot run (no CUDA build, no GPU, older than sm_80). The
+ * cases are the model's: the NaN in the spare pages and past each sequence's end stay, so a kernel that
+ * reads a key it should not fails as the model would. */
+
+#ifdef ATTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "15_decode/decode_gpu.h"
+
+typedef struct {
+    void *q, *k, *v, *o, *ws;
+    float *lse;
+    int32_t *table, *len;
+} gpu_case;
+
+static void gpu_case_free(gpu_case *g) {
+    cudaFree(g->q), cudaFree(g->k), cudaFree(g->v), cudaFree(g->o), cudaFree(g->ws), cudaFree(g->lse);
+    cudaFree(g->table), cudaFree(g->len);
+    cudaGetLastError();
+}
+
+/* The case's cache as the kernel reads it: its pool and table, or (contiguous) the identity table over
+ * pages of n_max keys. *ident is the identity, B entries, allocated here. */
+static decode_cache gpu_cache_of(const decode_case *t, int32_t **ident) {
+    *ident = NULL;
+    if (t->table) return t->c;
+    *ident = malloc((size_t)t->s.B * sizeof(int32_t));
+    cr_assert(*ident);
+    for (int64_t b = 0; b < t->s.B; b++) (*ident)[b] = (int32_t)b;
+    return (decode_cache){t->k, t->v, t->s.B, t->n_max, *ident, 1};
+}
+
+/* Poison O and LSE, run decode_gpu_paged on the case with `chunks` (0: chosen for this GPU), copy O and
+ * LSE back into the case. swap: the first block-table entries of sequences 0 and 1 exchanged on the way
+ * to the device, so that each reads its first page from the other (a swap inside one sequence would
+ * only reorder its keys, which attention without a mask cannot see). */
+static attn_status gpu_case_run(decode_case *t, int64_t chunks, int swap) {
+    const decode_shape *s = &t->s;
+    int32_t *ident;
+    const decode_cache c = gpu_cache_of(t, &ident);
+    const decode_opts opt = {chunks, 0, DECODE_EXACT};
+    const size_t pool = (size_t)(c.num_pages * s->H_kv * c.page_size * s->D) * 2,
+                 qb = (size_t)(s->B * s->H * s->N_q * s->D) * 2, lb = (size_t)(s->B * s->H * s->N_q) * 4,
+                 tb = (size_t)(s->B * c.table_stride) * 4,
+                 wb = decode_gpu_workspace_bytes(s, decode_gpu_chunks(s, &opt));
+    int32_t *table = malloc(tb);
+    cr_assert(table);
+    memcpy(table, c.block_table, tb);
+    if (swap) {
+        const int32_t first = table[0];
+        table[0] = table[c.table_stride], table[c.table_stride] = first;
+    }
+    gpu_case g = {0};
+    cr_assert(!cudaMalloc(&g.q, qb) && !cudaMalloc(&g.k, pool) && !cudaMalloc(&g.v, pool) &&
+              !cudaMalloc(&g.o, qb) && !cudaMalloc((void **)&g.lse, lb) &&
+              !cudaMalloc((void **)&g.table, tb) && !cudaMalloc((void **)&g.len, (size_t)s->B * 4) &&
+              (!wb || !cudaMalloc(&g.ws, wb)));
+    cr_assert(!cudaMemcpy(g.q, t->q, qb, cudaMemcpyHostToDevice) &&
+              !cudaMemcpy(g.k, c.k, pool, cudaMemcpyHostToDevice) &&
+              !cudaMemcpy(g.v, c.v, pool, cudaMemcpyHostToDevice) &&
+              !cudaMemcpy(g.table, table, tb, cudaMemcpyHostToDevice) &&
+              !cudaMemcpy(g.len, s->cache_len, (size_t)s->B * 4, cudaMemcpyHostToDevice) &&
+              !cudaMemset(g.o, 0xff, qb) && !cudaMemset(g.lse, 0xff, lb));
+    decode_cache dc = c;
+    dc.k = g.k, dc.v = g.v, dc.block_table = g.table;
+    attn_status st = decode_gpu_paged(s, g.len, g.q, &dc, &opt, g.o, g.lse, g.ws, wb, NULL);
+    if (st == ATTN_OK && (cudaDeviceSynchronize() || cudaMemcpy(t->o, g.o, qb, cudaMemcpyDeviceToHost) ||
+                          cudaMemcpy(t->lse, g.lse, lb, cudaMemcpyDeviceToHost)))
+        st = attn_fail(ATTN_ECUDA, "decode_gpu_paged ran, then: %s", cudaGetErrorString(cudaGetLastError()));
+    gpu_case_free(&g);
+    free(table), free(ident);
+    return st;
+}
+
+/* The kernel at this case, each chunk count in chunks[] (0: chosen), must pass the check. */
+static void expect_gpu_exact(decode_case *t, const int64_t *chunks, int n, const char *what) {
+    char why[512] = "";
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(gpu_case_run(t, chunks[i], 0), ATTN_OK, "%s: %s", what, attn_last_error());
+        cr_expect(case_passes(t, why, sizeof why), "GPU, %s, chunks %lld: %s", what, (long long)chunks[i],
+                  why);
+    }
+}
+#else
+static void expect_gpu_exact(decode_case *t, const int64_t *chunks, int n, const char *what) {
+    (void)t, (void)chunks, (void)n, (void)what;
+    cr_skip_test("stage 15's kernel is not in this build (" ATTN_NO_CUDA_WHY ")");
+}
+#endif
+
+#define SKIP_UNLESS_KERNEL() SKIP_UNLESS_RUNNABLE(attn_find_stage("15"))
+
+/* Cache length 1, lengths that are multiples of neither the pages, the 64-key tiles nor the chunks,
+ * causal and not, N_q 1 and 3, pages of 16 and 64 and the contiguous cache, chosen and forced chunk
+ * counts (7: chunks of 143 keys at 1000, and empty ones for the short caches), fp16 and bf16. */
+Test(decode_gpu, ragged_lengths_pages_and_chunks) {
+    SKIP_UNLESS_KERNEL();
+    static const int32_t lens[6] = {1, 17, 65, 129, 1000, 333};
+    static const int64_t chunks[] = {0, 1, 7};
+    char what[128];
+    for (int dt = 0; dt <= 1; dt++)
+        for (int causal = 0; causal <= 1; causal++)
+            for (int p = 0; p < 3; p++) {
+                const int64_t ps = p == 0 ? 0 : p == 1 ? 16 : 64, nq = causal ? 1 : 3;
+                decode_case t;
+                case_make_dtype(&t, 6, 32, 8, nq, dt ? 128 : 64, causal, lens, ps,
+                                201 + (uint64_t)(dt * 6 + causal * 3 + p), (attn_dtype)dt);
+                snprintf(what, sizeof what, "%s D %d, N_q %lld, page %lld%s", dt ? "bf16" : "fp16",
+                         dt ? 128 : 64, (long long)nq, (long long)ps, causal ? ", causal" : "");
+                expect_gpu_exact(&t, chunks, 3, what);
+                case_free(&t);
+            }
+}
+
+/* One sequence of 60000 keys in pages of 256 (chosen: 17 chunks of 3530 keys), and beside it one of 3
+ * keys, whose other 16 chunks are empty. */
+Test(decode_gpu, one_long_sequence_and_a_short_one) {
+    SKIP_UNLESS_KERNEL();
+    static const int32_t lens[2] = {60000, 3};
+    static const int64_t chunks[] = {0, 128};
+    for (int causal = 0; causal <= 1; causal++) {
+        decode_case t;
+        case_make(&t, 2, 32, 8, causal ? 3 : 1, 128, causal, lens, 256, 211 + (uint64_t)causal);
+        expect_gpu_exact(&t, chunks, 2, causal ? "60000 and 3 keys, causal" : "60000 and 3 keys");
+        case_free(&t);
+    }
+}
+
+/* N_q 1, 4, 8 and 16 at 4 heads a group: R = 4, 16, 32 and 64 rows, so every width of the kernel's warp
+ * split (decode_key_warps: 4, 4, 2 and 1 warps a 16-row slice), at D = 32. */
+Test(decode_gpu, many_short_sequences) {
+    SKIP_UNLESS_KERNEL();
+    static const int64_t nq[] = {1, 4, 8, 16};
+    short_sequences(expect_gpu_exact, nq, 4, 32, 221);
+}
+
+/* Multi-query at N_q = 16 is 512 rows: 8 grid rows of 64, each reading the chunk. */
+Test(decode_gpu, grouped_query_heads) {
+    SKIP_UNLESS_KERNEL();
+    grouped_heads(expect_gpu_exact, 231);
+}
+
+#ifdef ATTN_HAVE_CUDA
+/* The check can fail the kernel: the same case with the first table entries of its two sequences swapped
+ * on the device (each reads 64 of the other's keys in place of its own) must FAIL, causal and not. */
+Test(decode_gpu, a_swapped_table_entry_fails_the_check) {
+    SKIP_UNLESS_KERNEL();
+    static const int32_t lens[2] = {200, 90};
+    char why[512] = "";
+    for (int causal = 0; causal <= 1; causal++) {
+        decode_case t;
+        case_make(&t, 2, 32, 8, 3, 64, causal, lens, 64, 241 + (uint64_t)causal);
+        cr_assert_eq(gpu_case_run(&t, 0, 0), ATTN_OK, "%s", attn_last_error());
+        cr_assert(case_passes(&t, why, sizeof why), "the exact kernel fails first: %s", why);
+        cr_assert_eq(gpu_case_run(&t, 0, 1), ATTN_OK, "%s", attn_last_error());
+        cr_assert(!case_passes(&t, why, sizeof why), "a swapped table entry passed the check (causal %d)",
+                  causal);
+        cr_log_info("swapped table entry, causal %d: caught (%s)", causal, why);
+        case_free(&t);
+    }
+}
+#endif
+
+/* Through the registry, the suite's run and check (attn_run: poison, two runs bit for bit): 15 on the
+ * contiguous cache and 15p on the harness's shuffled pages, at decoding's shapes: H 32 over H_kv 8 and 1,
+ * N = N_q 1, 5 and 16 new queries over N_k = 1, 64, 4097 and 20000 cached keys. */
+Test(decode_gpu, registry_stages_at_decode_shapes) {
+    SKIP_UNLESS_KERNEL();
+    static const char *const ids[] = {"15", "15p"};
+    static const int64_t nk[] = {1, 64, 4097, 20000}, nq[] = {1, 5, 16}, kv[] = {8, 1};
+    for (int i = 0; i < 2; i++)
+        for (int a = 0; a < 4; a++)
+            for (int c = 0; c < 3; c++)
+                for (int causal = 0; causal <= 1; causal++) {
+                    if (causal && nq[c] > nk[a]) continue;
+                    attn_problem p = attn_problem_make(2, 32, nq[c], 128, causal);
+                    p.H_kv = kv[(a + c) % 2], p.N_k = nk[a], p.dtype = (attn_dtype)(c % 2);
+                    attn_inputs in;
+                    cr_assert_eq(attn_inputs_random(&in, &p, 251 + (uint64_t)(a * 8 + c * 2 + causal),
+                                                    ATTN_INIT_NORMAL),
+                                 ATTN_OK, "%s", attn_last_error());
+                    attn_run_opts opt = attn_run_opts_default();
+                    opt.warmup = 0, opt.repeat = 2, opt.check = 1, opt.check_rows = 1024;
+                    attn_result r;
+                    cr_assert_eq(attn_run(attn_find_stage(ids[i]), &in, &opt, &r, NULL, NULL), ATTN_OK, "%s",
+                                 attn_last_error());
+                    cr_expect(
+                        r.chk.pass && r.chk.lse_checked && r.identical == 1,
+                        "stage %s, N_q %lld, N_k %lld, H_kv %lld, causal %d: err/tol %g, LSE err/tol %g, "
+                        "non-finite %lld, identical %d",
+                        ids[i], (long long)p.N, (long long)p.N_k, (long long)p.H_kv, causal,
+                        r.chk.worst_ratio, r.chk.lse_worst_ratio, (long long)r.chk.nonfinite, r.identical);
+                    attn_inputs_free(&in);
+                }
 }

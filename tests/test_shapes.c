@@ -170,21 +170,22 @@ Test(shapes, check_fails_the_head_map_h_mod_h_kv) {
     attn_inputs_free(&in), attn_inputs_free(&wrong);
 }
 
-/* Who takes what: 06 GQA, N_k != N, cu_seqlens and strides, 06m the first three, 15m GQA and N_k != N;
- * every other stage (01-05, their models, the road 06a-06e, the other GPU stages) is refused them by
- * attn_stage_supports, with the field named, and the models of 03-05 refuse them even when run
- * directly. */
-Test(shapes, only_06_06m_and_15m_take_gqa_and_seq_k) {
+/* Who takes what: 06 GQA, N_k != N, cu_seqlens and strides, 06m the first three; decoding's 15m, 15
+ * and 15p GQA and N_k != N (15p its K and V as the harness's pages); every other stage (01-05, their
+ * models, the road 06a-06e, the other GPU stages) is refused them by attn_stage_supports, with the field
+ * named, and the models of 03-05 refuse them even when run directly. */
+Test(shapes, only_06_06m_and_decoding_take_gqa_and_seq_k) {
     attn_problem gqa = attn_problem_make(1, 4, 64, 64, 1), seq_k = gqa;
     gqa.H_kv = 2;
     seq_k.N_k = 65;
     for (int i = 0; i < attn_num_stages; i++) {
         const attn_stage *s = &attn_stages[i];
-        const int is06 = !strcmp(s->id, "06"), is06m = !strcmp(s->id, "06m"), is15m = !strcmp(s->id, "15m");
-        const int takes = is06 || is06m || is15m;
+        const int is06 = !strcmp(s->id, "06"), is06m = !strcmp(s->id, "06m"), is15p = !strcmp(s->id, "15p");
+        const int is15 = is15p || !strcmp(s->id, "15m") || !strcmp(s->id, "15"), takes = is06 || is06m || is15;
         const unsigned want = is06    ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN | ATTN_TAKES_STRIDES
                               : is06m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | ATTN_TAKES_VARLEN
-                              : is15m ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K
+                              : is15  ? ATTN_TAKES_GQA | ATTN_TAKES_SEQ_K | (is15p ? ATTN_TAKES_PAGED : 0u) |
+                                           (s->on_gpu ? ATTN_FOR_DECODING : 0u)
                                       : 0u;
         cr_assert_eq(s->takes, want, "stage %s takes %#x", s->id, s->takes);
         if (!s->supports_dim(64) || !(s->dtypes & ATTN_DTYPE_BIT(ATTN_F16))) continue;
