@@ -1387,8 +1387,8 @@ Test(cli, kv_heads_and_seq_k_are_parsed_and_refused_by_stages_that_do_not_take_t
     }
     /* the refusal names the stages that do take them, from the registry */
     EXPECT_USAGE("--stage 01 --heads 6 --kv-heads 2",
-                 "the stages that take grouped-query attention: 06, 06m, 15m");
-    EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06, 06m, 15m");
+                 "the stages that take grouped-query attention: 06, 06m, 15, 15p, 15m");
+    EXPECT_USAGE("--stage 01 --seq 37 --seq-k 129", "the stages that take N_k != N: 06, 06m, 15, 15p, 15m");
     /* and 06m runs them, checked against the reference */
     cr_assert_eq(attn("--stage 06m --kv-heads 2 --heads 6 --seq 37 --seq-k 129 --causal --check"), 0, "%s",
                  out);
