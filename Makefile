@@ -183,7 +183,7 @@ compile_commands.json:
 # .clang-format existed join the list once they are formatted (clang-format -i FILE).
 FORMAT_DIRS    := 06_fa2_full 07_tma_wgmma 08_warp_specialized 09_overlap 14_backward_hopper 15_decode lib
 FORMAT_CHECKED := $(wildcard $(foreach d,$(FORMAT_DIRS),$(d)/*.c $(d)/*.h $(d)/*.cu $(d)/*.cuh)) \
-                  $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h kit/wgmma_ops.cuh kit/fast_math.cuh \
+                  $(wildcard kit/hopper*.cuh kit/hopper_host.* kit/hopper_desc.h kit/grid_order.h kit/wgmma_ops.cuh kit/fast_math.cuh kit/launch_opt_in.cuh \
                             kit/device_sm.h kit/backward_prep.cuh kit/backward_workspace.h suite/hold_signals.*) \
                   suite/attn_main.c 10_context_parallel/cp_bench_main.c \
                   tests/fa2_selftest.cu tests/fa2_selftest.h tests/test_fa2_blocks.c tests/test_flashattn.c tests/test_work_units.c tests/test_hopper_desc.c tests/test_grid_order.c tests/test_backward_hopper_layout.c \

@@ -30,7 +30,6 @@
 #ifndef DECODE_KERNEL_CUH
 #define DECODE_KERNEL_CUH
 
-#include <cuda.h> /* types and enums only: attn_func_set_attribute reaches the driver through the runtime */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -39,10 +38,9 @@
 #include "10_context_parallel/cp_merge.h"
 #include "decode_gpu.h"
 #include "decode_split.h"
-#include "func_attribute.h"
+#include "launch_opt_in.cuh"
 
 #define DECODE_THREADS (32 * DECODE_WARPS)
-#define DECODE_MAX_DEVICES 64
 
 /* ---- shared memory: | Q: rows x D | ring: STAGES x (K tile | V tile), DECODE_BC rows each | ----------
  * Every tile is rows of D / 8 16-byte chunks, XOR-swizzled (FA2_CHUNK_OFFSET). Stages per D: as many as
@@ -440,50 +438,16 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_combine_kernel(const de
 
 /* ---- the launches ------------------------------------------------------------------------------------- */
 
-/* More than 48 KB of dynamic shared memory needs the kernel's opt-in (per device), and the largest
- * carveout lets two blocks of up to 113 KB share an SM. */
-static cudaError_t decode_configure(const void *kernel, int smem_bytes) {
-    cudaError_t e = attn_func_set_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes);
-    if (e == cudaSuccess)
-        e = attn_func_set_attribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                    (int)cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) (void)cudaGetLastError(); /* reported through the return value */
-    return e;
-}
-
-/* The split kernel for WK warps a slice. configured[dev] remembers the opt-in on device dev; a launch
- * that fails while it is set (cudaDeviceReset undoes the opt-in) configures again and retries once. */
+/* The split kernel for WK warps a slice, opted in once per device (kit/launch_opt_in.cuh). */
 template <int DTYPE, int D, int WK>
 static cudaError_t decode_launch_split(const decode_params *kp, int64_t B, cudaStream_t stream,
                                        const char **why) {
     constexpr int SMEM = decode_smem_bytes(D, WK), ROWS = decode_block_rows(WK);
-    static int configured[DECODE_MAX_DEVICES];
-    const void *kernel = (const void *)decode_split_kernel<DTYPE, D, WK>;
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *why = "cudaGetDevice failed (no usable CUDA device?)";
-        return e;
-    }
-    int *flag = dev >= 0 && dev < DECODE_MAX_DEVICES ? &configured[dev] : NULL;
-    const int hinted = flag != NULL && __atomic_load_n(flag, __ATOMIC_ACQUIRE);
-    *why = "cudaFuncSetAttribute failed (the GPU has less shared memory per block than the kernel needs)";
-    if (!hinted && (e = decode_configure(kernel, SMEM)) != cudaSuccess) return e;
-    if (!hinted && flag != NULL) __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    static int configured[KIT_MAX_DEVICES];
     const dim3 grid((unsigned)(B * kp->H_kv * kp->S), (unsigned)((kp->R + ROWS - 1) / ROWS));
-    void *args[1] = {(void *)kp};
-    e = cudaLaunchKernel(kernel, grid, dim3(DECODE_THREADS), args, (size_t)SMEM, stream);
-    if (e != cudaSuccess && hinted) {
-        (void)cudaGetLastError();
-        if ((e = decode_configure(kernel, SMEM)) != cudaSuccess) return e;
-        e = cudaLaunchKernel(kernel, grid, dim3(DECODE_THREADS), args, (size_t)SMEM, stream);
-    }
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    *why = "the split kernel's launch failed";
-    return e;
+    return kit_launch_opted_in((const void *)decode_split_kernel<DTYPE, D, WK>, configured, grid,
+                               dim3(DECODE_THREADS), SMEM, kp, stream, "the split kernel's launch failed",
+                               why);
 }
 
 /* The split kernel for the rows' WK, then (S > 1) the combine. */
